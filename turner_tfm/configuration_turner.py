@@ -1,0 +1,200 @@
+"""Configuration of the Turner transformer (Turner, *An Introduction to Transformers*, 2023).
+
+Every hyper-parameter of the block is a field here, with Hugging Face's standard names, and every value is checked
+when the config is built: a wrong one raises `ValueError` naming the field, the value and what is allowed.
+"""
+
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
+CLASSIFIER_POOLINGS = ("cls", "mean", "last")
+NORM_POSITIONS = ("pre", "post")
+
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "head_dim",
+    "image_size",
+    "patch_size",
+    "num_channels",
+)
+_NON_NEGATIVE_INTS = ("type_vocab_size",)
+_PROBABILITIES = ("hidden_dropout", "attention_dropout")
+_POSITIVE_FLOATS = ("layer_norm_eps", "initializer_range")
+_BOOLS = ("attention_bias", "mlp_bias", "is_causal", "tie_word_embeddings", "embedding_layer_norm", "use_pooler")
+_CHOICES = {
+    "position_embedding_type": POSITION_EMBEDDING_TYPES,
+    "classifier_pooling": CLASSIFIER_POOLINGS,
+    "norm_position": NORM_POSITIONS,
+}
+_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
+_DEFAULT_TEXT_POSITIONS = 1024
+
+
+def _invalid(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"TurnerConfig: `{name}`={value!r} is invalid; {allowed}.")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class TurnerConfig(PreTrainedConfig):
+    r"""Configuration for [`TurnerModel`] and its heads.
+
+    A config with `image_size` set describes an image model (§4.2 of the paper: patches plus a class token);
+    otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1.
+
+    Example:
+
+    ```python
+    >>> from turner_tfm import TurnerConfig, TurnerForCausalLM
+    >>> config = TurnerConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4)
+    >>> model = TurnerForCausalLM(config)
+    ```
+    """
+
+    model_type = "turner"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    base_model_tp_plan = {
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+
+    vocab_size: int = 32000
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    hidden_act: str = "gelu"
+    max_position_embeddings: int | None = None
+    layer_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    is_causal: bool = True
+    position_embedding_type: str = "learned"
+    norm_position: str = "pre"
+    embedding_layer_norm: bool = False
+    type_vocab_size: int = 0
+    classifier_pooling: str | None = None
+    use_pooler: bool = False
+    image_size: int | None = None
+    patch_size: int = 16
+    num_channels: int = 3
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        self._check_field_values()
+        self._resolve_defaults()
+        self._check_combinations()
+        super().__post_init__(**kwargs)
+
+    @property
+    def is_image_model(self) -> bool:
+        """True when the config describes the §4.2 image classifier (patches + class token)."""
+        return self.image_size is not None
+
+    @property
+    def num_patches(self) -> int:
+        """N in §4.2: the number of image patches (the class token is not counted)."""
+        return (self.image_size // self.patch_size) ** 2 if self.is_image_model else 0
+
+    def _check_field_values(self) -> None:
+        """Types and ranges, one field at a time."""
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise _invalid(name, value, "it must be a positive integer")
+        for name in _NON_NEGATIVE_INTS:
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise _invalid(name, value, "it must be an integer >= 0")
+        for name in _PROBABILITIES:
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise _invalid(name, value, "it must be a probability in [0, 1)")
+        for name in _POSITIVE_FLOATS:
+            value = getattr(self, name)
+            if not _is_number(value) or not value > 0:
+                raise _invalid(name, value, "it must be a positive number")
+        for name in _BOOLS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise _invalid(name, value, "it must be True or False")
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise _invalid(name, value, f"choose one of {list(choices)}")
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
+            raise _invalid("hidden_act", self.hidden_act, f"choose one of {sorted(ACT2FN)}")
+        self._check_token_ids()
+
+    def _check_token_ids(self) -> None:
+        for name in _TOKEN_IDS:
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [value]
+            if value is None:
+                continue
+            if not ids or not all(_is_int(i) and 0 <= i < self.vocab_size for i in ids):
+                raise _invalid(name, value, f"it must be None or a token id in [0, {self.vocab_size})")
+
+    def _resolve_defaults(self) -> None:
+        """Fill the fields whose default depends on others (K = D / H, the MLP width, the number of positions)."""
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise _invalid(
+                    "hidden_size",
+                    self.hidden_size,
+                    f"it must be divisible by num_attention_heads={self.num_attention_heads}, or set head_dim",
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        if self.is_image_model:
+            if self.image_size % self.patch_size:
+                raise _invalid("patch_size", self.patch_size, f"it must divide image_size={self.image_size}")
+            needed = self.num_patches + 1
+            if self.max_position_embeddings is None:
+                self.max_position_embeddings = needed
+            elif self.max_position_embeddings != needed:
+                raise _invalid(
+                    "max_position_embeddings",
+                    self.max_position_embeddings,
+                    f"an image model has (image_size / patch_size)^2 + 1 = {needed} positions; leave it unset",
+                )
+        elif self.max_position_embeddings is None:
+            self.max_position_embeddings = _DEFAULT_TEXT_POSITIONS
+        if self.classifier_pooling is None:
+            self.classifier_pooling = "cls" if self.is_image_model else ("last" if self.is_causal else "mean")
+
+    def _check_combinations(self) -> None:
+        if self.use_pooler and self.classifier_pooling != "cls":
+            raise _invalid(
+                "use_pooler", self.use_pooler, "the pooler reads the first token; it needs classifier_pooling='cls'"
+            )
+        if self.is_image_model and self.type_vocab_size:
+            raise _invalid("type_vocab_size", self.type_vocab_size, "an image model has no token types; use 0")
+
+
+__all__ = ["TurnerConfig"]

@@ -1,0 +1,621 @@
+"""The Turner transformer: the block of Turner, *An Introduction to Transformers* (2023), for Hugging Face.
+
+Notation. The paper writes the token matrix X as D x N (features down, tokens across, footnote 2). Tensors here are
+laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X A` of eq. 2 becomes `A^T X^T`.
+
+Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
+own their projection, pooling and loss; the backbone knows nothing of tasks.
+
+This file imports only torch, transformers and `.configuration_turner`, so the copy `save_pretrained` writes next to
+the weights runs without the `turner_tfm` package.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithPast,
+    ImageClassifierOutput,
+    SequenceClassifierOutputWithPast,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.import_utils import is_torchdynamo_compiling
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_turner import TurnerConfig
+
+
+def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
+
+
+class TurnerSinusoidalPositionEmbedding(nn.Module):
+    """Fixed sinusoids of different frequencies (§3, Vaswani et al. 2017), computed for any position.
+
+    Called like `nn.Embedding`: position ids in, one D-vector per position out. Nothing is stored, so models with
+    these positions run past the length they were trained on.
+    """
+
+    def __init__(self, embedding_dim: int, base: float = 10000.0):
+        super().__init__()
+        self.embedding_dim = embedding_dim
+        self.base = base
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        half = self.embedding_dim // 2
+        exponent = torch.arange(half, device=position_ids.device, dtype=torch.float32) / half
+        angles = position_ids.float().unsqueeze(-1) * self.base**-exponent
+        sinusoids = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        return nn.functional.pad(sinusoids, (0, self.embedding_dim - 2 * half))
+
+
+def build_position_embedding(config: TurnerConfig) -> nn.Module | None:
+    """The §3 position encoding that is added to each token: learned, fixed sinusoids, or none."""
+    if config.position_embedding_type == "learned":
+        return nn.Embedding(config.max_position_embeddings, config.hidden_size)
+    if config.position_embedding_type == "sinusoidal":
+        return TurnerSinusoidalPositionEmbedding(config.hidden_size)
+    return None
+
+
+class TurnerEmbeddings(nn.Module):
+    """X^(0) for text: one vector per token (§1.1), plus its position (§3) and, optionally, a token type."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_positions = build_position_embedding(config)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
+        )
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.embedding_layer_norm else None
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        position_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(position_ids)
+            hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
+        if self.norm is not None:
+            hidden_states = self.norm(hidden_states)
+        return self.dropout(hidden_states)
+
+
+class TurnerPatchEmbeddings(nn.Module):
+    """X^(0) for images (§4.2): `W p_n + e_n` for each vectorised patch p_n, after a class token at n = 0.
+
+    A convolution with stride equal to its kernel applies the same matrix W to every patch.
+    """
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.image_size = config.image_size
+        self.num_channels = config.num_channels
+        self.patch_embed = nn.Conv2d(
+            config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
+        )
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.embed_positions = build_position_embedding(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        self._check_pixel_values(pixel_values)
+        pixel_values = pixel_values.to(self.patch_embed.weight.dtype)
+        patches = self.patch_embed(pixel_values).flatten(2).transpose(1, 2)
+        cls_tokens = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)
+        hidden_states = torch.cat([cls_tokens, patches], dim=1)
+        if self.embed_positions is not None:
+            position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+        return self.dropout(hidden_states)
+
+    def _check_pixel_values(self, pixel_values: torch.Tensor) -> None:
+        expected = (self.num_channels, self.image_size, self.image_size)
+        if pixel_values.ndim != 4 or tuple(pixel_values.shape[1:]) != expected:
+            raise _invalid_input(
+                "pixel_values",
+                f"of shape {tuple(pixel_values.shape)}",
+                f"expected (batch, {expected[0]}, {expected[1]}, {expected[2]}) for num_channels={expected[0]} and "
+                f"image_size={expected[1]}",
+            )
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 5 written out: A = softmax over keys of `k^T q / sqrt(K)`, then the values weighted by A (eq. 2).
+
+    The softmax runs in fp32 whatever the input dtype, so half-precision scores cannot overflow.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    attn_weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class TurnerAttention(nn.Module):
+    """Multi-head self-attention, eq. 4-6: `sum_h V_h X A_h`.
+
+    `q_proj` and `k_proj` stack the H matrices U_q,h and U_k,h (each K x D); `V_h = U_h U_v,h` (footnote 13) is
+    `v_proj` followed by `o_proj` acting on the concatenated heads.
+    """
+
+    def __init__(self, config: TurnerConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5  # footnote 8
+        self.is_causal = config.is_causal
+        self.attention_dropout = config.attention_dropout
+        inner_size = config.num_attention_heads * config.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        heads_shape = (*input_shape, -1, self.head_dim)
+        query = self.q_proj(hidden_states).view(heads_shape).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(heads_shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(heads_shape).transpose(1, 2)
+
+        if past_key_values is not None:  # §4.1 incremental property: earlier keys and values never change
+            key, value = past_key_values.update(key, value, self.layer_idx)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+class TurnerMLP(nn.Module):
+    """Stage 2 (§2.2): the same MLP applied to every token's features."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
+
+
+class TurnerBlock(GradientCheckpointingLayer):
+    """The transformer block of §2.3: MHSA then MLP, each inside a residual connection with token normalisation.
+
+    `norm_position="pre"` (the paper's figure, Xiong et al. 2020): `x + MHSA(norm(x))`, then `x + MLP(norm(x))`.
+    `norm_position="post"` (BERT, footnote 18): `norm(x + MHSA(x))`, then `norm(x + MLP(x))`.
+    """
+
+    def __init__(self, config: TurnerConfig, layer_idx: int):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.self_attn = TurnerAttention(config, layer_idx)
+        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = TurnerMLP(config)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        def self_attention(x: torch.Tensor) -> torch.Tensor:
+            return self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+
+        hidden_states = self._residual(hidden_states, self_attention, self.attn_norm)
+        return self._residual(hidden_states, self.mlp, self.mlp_norm)
+
+    def _residual(self, x: torch.Tensor, sublayer: Callable, norm: nn.Module) -> torch.Tensor:
+        """`x + res(x)` (§2.3), with the norm on the residual branch's input or after the sum."""
+        if self.pre_norm:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))
+
+
+class TurnerPreTrainedModel(PreTrainedModel):
+    config: TurnerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TurnerBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Normal(0, initializer_range) for every matrix, ones and zeros for the norms (HF's defaults)."""
+        super()._init_weights(module)
+        if isinstance(module, TurnerPatchEmbeddings):
+            init.trunc_normal_(module.cls_token, mean=0.0, std=self.config.initializer_range)
+
+
+class TurnerModel(TurnerPreTrainedModel):
+    """The backbone: X^(0) from tokens or patches, M transformer blocks, then a final norm (pre-norm only).
+
+    Returns X^(M) as `last_hidden_state`, shape `(batch, N, D)`: the input's shape (§1.2).
+    """
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        self.embeddings = TurnerPatchEmbeddings(config) if config.is_image_model else TurnerEmbeddings(config)
+        self.layers = nn.ModuleList([TurnerBlock(config, i) for i in range(config.num_hidden_layers)])
+        pre_norm = config.norm_position == "pre"
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if pre_norm else None
+        self.pooler = TurnerPooler(config) if config.use_pooler else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module | None:
+        return getattr(self.embeddings, "embed_tokens", None)
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        if self.config.is_image_model:
+            hidden_states = self._embed_image(pixel_values, input_ids, inputs_embeds)
+            use_cache = False
+        else:
+            hidden_states, past_key_values, position_ids = self._embed_text(
+                input_ids, inputs_embeds, position_ids, token_type_ids, past_key_values, use_cache
+            )
+        mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids)
+
+        for block in self.layers:
+            hidden_states = block(hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs)
+        if self.norm is not None:
+            hidden_states = self.norm(hidden_states)
+
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            past_key_values=past_key_values if use_cache else None,
+        )
+
+    def _embed_text(
+        self,
+        input_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor | None,
+        position_ids: torch.LongTensor | None,
+        token_type_ids: torch.LongTensor | None,
+        past_key_values: Cache | None,
+        use_cache: bool | None,
+    ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` (got both or neither).")
+        if input_ids is not None:
+            self._check_input_ids(input_ids)
+            inputs_embeds = self.embeddings.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
+            position_ids = position_ids.unsqueeze(0)
+        self._check_positions(position_ids)
+        hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
+        return hidden_states, past_key_values, position_ids
+
+    def _embed_image(
+        self, pixel_values: torch.Tensor | None, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None
+    ) -> torch.Tensor:
+        if pixel_values is None or input_ids is not None or inputs_embeds is not None:
+            raise ValueError(
+                "This is an image model (config.image_size is set): pass `pixel_values` only, not `input_ids` or "
+                "`inputs_embeds`."
+            )
+        return self.embeddings(pixel_values)
+
+    def _attention_mask(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None,
+        position_ids: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding."""
+        if self.config.is_causal:
+            return create_causal_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                position_ids=position_ids,
+            )
+        return create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+        )
+
+    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
+        if input_ids.ndim != 2:
+            raise _invalid_input("input_ids", f"of shape {tuple(input_ids.shape)}", "expected (batch, sequence)")
+        if is_torchdynamo_compiling() or input_ids.numel() == 0:
+            return
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            bad = low if low < 0 else high
+            raise _invalid_input("input_ids", f"contains token id {bad}", f"ids must be in [0, {self.config.vocab_size})")
+
+    def _check_positions(self, position_ids: torch.Tensor) -> None:
+        if self.config.position_embedding_type != "learned" or is_torchdynamo_compiling() or position_ids.numel() == 0:
+            return
+        last = int(position_ids.max())
+        if last >= self.config.max_position_embeddings:
+            raise _invalid_input(
+                "input_ids",
+                f"reach position {last}",
+                f"learned position embeddings cover positions 0..{self.config.max_position_embeddings - 1} "
+                "(max_position_embeddings); shorten the input or use position_embedding_type='sinusoidal'",
+            )
+
+
+class TurnerPooler(nn.Module):
+    """BERT's pooler: a dense layer and tanh on the first token's final representation."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
+    """§4.1: the masked body and the head `p(w_n = w | x_{n-1}) = softmax(g_w^T x_{n-1})`, `lm_head` holding g_w."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embeddings.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        self.model = TurnerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            Next-token targets, aligned with `input_ids` (the shift happens inside); `-100` is ignored.
+        logits_to_keep (`int` or `torch.Tensor`, *optional*):
+            Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, kept, :])
+
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+def pool_hidden_states(
+    hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str
+) -> torch.Tensor:
+    """One vector per sequence: the first token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
+    spatial pooling), or the last real token (`last`, the only one that has seen the whole sequence under §4.1).
+
+    Padding is read from `attention_mask`, so left- and right-padded batches pool the same tokens.
+    """
+    if pooling == "cls":
+        return hidden_states[:, 0]
+    if attention_mask is None:
+        return hidden_states.mean(dim=1) if pooling == "mean" else hidden_states[:, -1]
+    mask = attention_mask.to(hidden_states.dtype)
+    if pooling == "mean":
+        total = (hidden_states * mask.unsqueeze(-1)).sum(dim=1)
+        return total / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last_real = (positions * attention_mask.to(torch.long)).argmax(dim=-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_real]
+
+
+class _TurnerClassifierMixin:
+    """What the two classifiers share: a backbone, pooling (`config.classifier_pooling`), a linear head, the loss."""
+
+    def _build_classifier(self, config: TurnerConfig) -> None:
+        self.num_labels = config.num_labels
+        self.model = TurnerModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def _classify(
+        self, outputs: BaseModelOutputWithPoolingAndCrossAttentions, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        if outputs.pooler_output is not None:
+            pooled = outputs.pooler_output
+        else:
+            pooled = pool_hidden_states(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
+        return self.classifier(pooled)
+
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+        if labels is None:
+            return None
+        return self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+
+
+class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
+    """Sequence classification or regression on a pooled representation of X^(M) (§1.2: "global classification
+    of the entire sequence by pooling across the whole representation")."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        self._build_classifier(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutputWithPast:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*):
+            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
+        """
+        if attention_mask is None and input_ids is not None and self.config.pad_token_id is not None:
+            attention_mask = (input_ids != self.config.pad_token_id).long()
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=False,
+            **kwargs,
+        )
+        logits = self._classify(outputs, attention_mask)
+        return SequenceClassifierOutputWithPast(
+            loss=self._classification_loss(logits, labels),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
+    """§4.2: patches and a class token through the body, the softmax head on `x_0^(M)`."""
+
+    main_input_name = "pixel_values"
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        self._build_classifier(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ImageClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
+            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
+        """
+        outputs = self.model(pixel_values=pixel_values, **kwargs)
+        logits = self._classify(outputs, None)
+        return ImageClassifierOutput(
+            loss=self._classification_loss(logits, labels),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "TurnerPreTrainedModel",
+    "TurnerModel",
+    "TurnerForCausalLM",
+    "TurnerForSequenceClassification",
+    "TurnerForImageClassification",
+]
