@@ -38,9 +38,9 @@ for _auto_class, _model_class in _AUTO_CLASSES.items():
 
 __all__ = [
     "TurnerConfig",
-    "TurnerPreTrainedModel",
-    "TurnerModel",
     "TurnerForCausalLM",
-    "TurnerForSequenceClassification",
     "TurnerForImageClassification",
+    "TurnerForSequenceClassification",
+    "TurnerModel",
+    "TurnerPreTrainedModel",
 ]

@@ -10,7 +10,6 @@ This file imports only torch, transformers and `.configuration_turner`, so the c
 the weights runs without the `turner_tfm` package.
 """
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -279,6 +278,12 @@ class TurnerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
 
+    def _require_modality(self, config: TurnerConfig, image: bool) -> None:
+        """A text head needs a text config and the image head an image config (`image_size` set)."""
+        if config.is_image_model != image:
+            wanted = "an image config (set image_size)" if image else "a text config (image_size=None)"
+            raise ValueError(f"{type(self).__name__} needs {wanted}; got image_size={config.image_size!r}.")
+
     def _init_weights(self, module: nn.Module) -> None:
         """Normal(0, initializer_range) for every matrix, ones and zeros for the norms (HF's defaults)."""
         super()._init_weights(module)
@@ -407,7 +412,9 @@ class TurnerModel(TurnerPreTrainedModel):
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             bad = low if low < 0 else high
-            raise _invalid_input("input_ids", f"contains token id {bad}", f"ids must be in [0, {self.config.vocab_size})")
+            raise _invalid_input(
+                "input_ids", f"contains token id {bad}", f"ids must be in [0, {self.config.vocab_size})"
+            )
 
     def _check_positions(self, position_ids: torch.Tensor) -> None:
         if self.config.position_embedding_type != "learned" or is_torchdynamo_compiling() or position_ids.numel() == 0:
@@ -443,6 +450,7 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
+        self._require_modality(config, image=False)
         self.model = TurnerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -493,9 +501,7 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
         )
 
 
-def pool_hidden_states(
-    hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str
-) -> torch.Tensor:
+def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
     """One vector per sequence: the first token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
     spatial pooling), or the last real token (`last`, the only one that has seen the whole sequence under §4.1).
 
@@ -517,7 +523,8 @@ def pool_hidden_states(
 class _TurnerClassifierMixin:
     """What the two classifiers share: a backbone, pooling (`config.classifier_pooling`), a linear head, the loss."""
 
-    def _build_classifier(self, config: TurnerConfig) -> None:
+    def _build_classifier(self, config: TurnerConfig, image: bool) -> None:
+        self._require_modality(config, image)
         self.num_labels = config.num_labels
         self.model = TurnerModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -543,7 +550,7 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config)
+        self._build_classifier(config, image=False)
         self.post_init()
 
     @can_return_tuple
@@ -588,7 +595,7 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config)
+        self._build_classifier(config, image=True)
         self.post_init()
 
     @can_return_tuple
@@ -613,9 +620,9 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
 
 
 __all__ = [
-    "TurnerPreTrainedModel",
-    "TurnerModel",
     "TurnerForCausalLM",
-    "TurnerForSequenceClassification",
     "TurnerForImageClassification",
+    "TurnerForSequenceClassification",
+    "TurnerModel",
+    "TurnerPreTrainedModel",
 ]

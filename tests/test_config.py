@@ -1,0 +1,100 @@
+"""TurnerConfig: HF's standard fields, derived defaults, and a clear ValueError for every invalid value."""
+
+import json
+
+import pytest
+from transformers import AutoConfig
+
+from turner_tfm import TurnerConfig
+
+from .tiny import image_config, text_config
+
+
+def test_auto_config_builds_a_turner_config_with_derived_defaults():
+    config = AutoConfig.for_model(
+        "turner", vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4
+    )
+    assert isinstance(config, TurnerConfig)
+    assert config.head_dim == 32
+    assert config.intermediate_size == 512
+    assert config.max_position_embeddings == 1024
+    assert config.classifier_pooling == "last"
+
+
+def test_pooling_default_follows_the_task():
+    assert text_config(is_causal=False).classifier_pooling == "mean"
+    assert image_config().classifier_pooling == "cls"
+
+
+def test_image_config_derives_its_positions():
+    config = image_config()
+    assert config.is_image_model
+    assert config.num_patches == 16
+    assert config.max_position_embeddings == 17
+
+
+def test_explicit_head_dim_lifts_the_divisibility_rule():
+    config = text_config(hidden_size=30, num_attention_heads=4, head_dim=8)
+    assert config.head_dim == 8
+
+
+def test_save_and_load_round_trip(tmp_path):
+    config = text_config(position_embedding_type="sinusoidal", norm_position="post", type_vocab_size=2)
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, TurnerConfig)
+    assert loaded.to_diff_dict() == config.to_diff_dict()
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "turner"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("hidden_size", 30, "divisible by num_attention_heads"),
+        ("hidden_size", -8, "positive integer"),
+        ("hidden_size", "big", "positive integer"),
+        ("num_hidden_layers", 0, "positive integer"),
+        ("num_attention_heads", 2.0, "positive integer"),
+        ("vocab_size", True, "positive integer"),
+        ("head_dim", 0, "positive integer"),
+        ("intermediate_size", -1, "positive integer"),
+        ("max_position_embeddings", 0, "positive integer"),
+        ("type_vocab_size", -1, "integer >= 0"),
+        ("hidden_dropout", 1.0, "probability"),
+        ("attention_dropout", -0.1, "probability"),
+        ("layer_norm_eps", 0.0, "positive number"),
+        ("initializer_range", -0.02, "positive number"),
+        ("is_causal", "yes", "True or False"),
+        ("attention_bias", 1, "True or False"),
+        ("position_embedding_type", "rope", "learned"),
+        ("classifier_pooling", "max", "cls"),
+        ("norm_position", "middle", "pre"),
+        ("hidden_act", "swishy", "gelu"),
+        ("pad_token_id", 99, "token id in [0, 99)"),
+        ("eos_token_id", [2, -1], "token id in [0, 99)"),
+        ("use_pooler", True, "classifier_pooling='cls'"),
+    ],
+)
+def test_invalid_text_values_name_the_field_the_value_and_what_is_allowed(field, value, allowed):
+    with pytest.raises(ValueError) as error:
+        text_config(**{field: value})
+    message = str(error.value)
+    assert f"`{field}`={value!r}" in message
+    assert allowed in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("patch_size", 5, "divide image_size=16"),
+        ("image_size", 0, "positive integer"),
+        ("num_channels", 0, "positive integer"),
+        ("max_position_embeddings", 64, "17 positions"),
+        ("type_vocab_size", 2, "no token types"),
+    ],
+)
+def test_invalid_image_values_are_rejected(field, value, allowed):
+    with pytest.raises(ValueError) as error:
+        image_config(**{field: value})
+    assert f"`{field}`={value!r}" in str(error.value)
+    assert allowed in str(error.value)
