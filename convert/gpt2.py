@@ -1,0 +1,167 @@
+"""GPT-2 <-> Turner: `GPT2Model`, `GPT2LMHeadModel` and `GPT2ForSequenceClassification`.
+
+GPT-2 is the paper's block as drawn (§2.3, §4.1): pre-norm, causal, learned positions, a final norm and a head tied
+to the token embedding. What differs is storage: GPT-2's `Conv1D` keeps a Linear's weight transposed, and `c_attn`
+stacks the q, k and v projections in one matrix. `GPT2ForSequenceClassification` scores the last non-pad token
+with a bias-free `score`; Turner's `classifier` gets a zero bias and `classifier_pooling="last"`.
+
+Refused (no Turner counterpart): `scale_attn_weights=False`, `scale_attn_by_inverse_layer_idx=True`,
+`reorder_and_upcast_attn=True`, `add_cross_attention=True`, and `embd_pdrop != resid_pdrop` (Turner has one
+`hidden_dropout`). The `summary_*` fields only drive `GPT2DoubleHeadsModel`, which is not converted.
+"""
+
+import torch
+from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
+
+from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification, TurnerModel
+
+from ._common import (
+    LABEL_FIELDS,
+    TOKEN_FIELDS,
+    Converter,
+    Head,
+    Rule,
+    per_layer,
+    rename,
+    rename_module,
+    same_names,
+    unsupported,
+)
+
+
+def _transposed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Conv1D weight (in, out) <-> Linear weight (out, in); the map is its own inverse."""
+    return [tensor.t().contiguous() for tensor in tensors]
+
+
+def _split_qkv(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`c_attn` (weight (D, 3D) or bias (3D,)) -> q, k, v in Linear layout."""
+    (fused,) = tensors
+    stacked = fused.t() if fused.ndim == 2 else fused
+    return [part.clone() for part in stacked.chunk(3, dim=0)]
+
+
+def _fuse_qkv(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """q, k, v in Linear layout -> `c_attn` (the inverse of `_split_qkv`)."""
+    stacked = torch.cat(tensors, dim=0)
+    return [stacked.t().contiguous() if stacked.ndim == 2 else stacked]
+
+
+def _conv1d(source: str, turner: str) -> list[Rule]:
+    """A GPT-2 Conv1D as a Turner Linear."""
+    return [
+        Rule((f"{source}.weight",), (f"{turner}.weight",), _transposed, _transposed),
+        rename(f"{source}.bias", f"{turner}.bias"),
+    ]
+
+
+def _qkv(param: str) -> Rule:
+    turner = tuple(f"layers.{{i}}.self_attn.{name}_proj.{param}" for name in "qkv")
+    return Rule((f"h.{{i}}.attn.c_attn.{param}",), turner, _split_qkv, _fuse_qkv)
+
+
+def _score_with_zero_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    (weight,) = tensors
+    return [weight, weight.new_zeros(weight.shape[0])]
+
+
+def _score_without_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    weight, bias = tensors
+    if bias.any():
+        raise ValueError(
+            f"Cannot convert: the Turner `classifier.bias` is non-zero (max |b| = {bias.abs().max().item():.3g}) but "
+            "GPT-2's `score` has no bias; only an all-zero bias converts."
+        )
+    return [weight]
+
+
+_LAYER_RULES = (
+    *rename_module("h.{i}.ln_1", "layers.{i}.attn_norm"),
+    _qkv("weight"),
+    _qkv("bias"),
+    *_conv1d("h.{i}.attn.c_proj", "layers.{i}.self_attn.o_proj"),
+    *rename_module("h.{i}.ln_2", "layers.{i}.mlp_norm"),
+    *_conv1d("h.{i}.mlp.c_fc", "layers.{i}.mlp.up_proj"),
+    *_conv1d("h.{i}.mlp.c_proj", "layers.{i}.mlp.down_proj"),
+)
+
+
+class GPT2Converter(Converter):
+    name = "GPT-2"
+    config_class = GPT2Config
+    base_class = GPT2Model
+    heads = {
+        "GPT2Model": Head(GPT2Model, TurnerModel),
+        "GPT2LMHeadModel": Head(
+            GPT2LMHeadModel, TurnerForCausalLM, rules=(rename("lm_head.weight", "lm_head.weight"),)
+        ),
+        "GPT2ForSequenceClassification": Head(
+            GPT2ForSequenceClassification,
+            TurnerForSequenceClassification,
+            rules=(
+                Rule(
+                    ("score.weight",),
+                    ("classifier.weight", "classifier.bias"),
+                    _score_with_zero_bias,
+                    _score_without_bias,
+                ),
+            ),
+            turner_options={"classifier_pooling": "last"},
+        ),
+    }
+    fields = {
+        **LABEL_FIELDS,
+        **TOKEN_FIELDS,
+        **same_names("vocab_size", "initializer_range", "use_cache"),
+        "n_embd": "hidden_size",
+        "n_layer": "num_hidden_layers",
+        "n_head": "num_attention_heads",
+        "n_inner": "intermediate_size",
+        "activation_function": "hidden_act",
+        "n_positions": "max_position_embeddings",
+        "layer_norm_epsilon": "layer_norm_eps",
+        "resid_pdrop": "hidden_dropout",
+        "attn_pdrop": "attention_dropout",
+    }
+    source_required = {
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "add_cross_attention": False,
+    }
+    turner_required = {
+        "norm_position": "pre",
+        "is_causal": True,
+        "embedding_layer_norm": False,
+        "type_vocab_size": 0,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "image_size": None,
+    }
+
+    def turner_fields(self, config: GPT2Config, use_pooler: bool) -> dict[str, object]:
+        if config.embd_pdrop != config.resid_pdrop:
+            raise unsupported(
+                "embd_pdrop",
+                config.embd_pdrop,
+                self.name,
+                f"Turner has one hidden_dropout for embeddings and residual branches: it must equal "
+                f"resid_pdrop={config.resid_pdrop}",
+            )
+        return {"is_causal": True, "norm_position": "pre"}
+
+    def source_fields(self, config: TurnerConfig) -> dict[str, object]:
+        return {"embd_pdrop": config.hidden_dropout}
+
+    def backbone_rules(self, num_layers: int) -> list[Rule]:
+        return [
+            rename("wte.weight", "embeddings.embed_tokens.weight"),
+            rename("wpe.weight", "embeddings.embed_positions.weight"),
+            *per_layer(num_layers, _LAYER_RULES),
+            *rename_module("ln_f", "norm"),
+        ]
+
+
+CONVERTER = GPT2Converter()
+to_turner = CONVERTER.to_turner
+from_turner = CONVERTER.from_turner
