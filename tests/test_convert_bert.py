@@ -1,0 +1,161 @@
+"""BERT <-> Turner: the same numbers (padding and token types included), bit-exact round trips, clear refusals."""
+
+import re
+
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+from convert import bert
+from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerModel
+
+from .convert_helpers import assert_same_outputs, assert_same_state_dict, masked_ids
+
+VOCAB = 64
+SOURCES = {
+    "BertModel with pooler": (lambda config: BertModel(config), ("last_hidden_state", "pooler_output")),
+    "BertModel without pooler": (lambda config: BertModel(config, add_pooling_layer=False), ("last_hidden_state",)),
+    "BertForSequenceClassification": (lambda config: BertForSequenceClassification(config), ("logits",)),
+}
+# The MiniLM sentence-embedding family (e.g. all-MiniLM-L6-v2) is a BertModel with 12 heads of width 32; here 12 of 2.
+MINILM = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=12, intermediate_size=96)
+
+
+def bert_config(**overrides) -> BertConfig:
+    defaults = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24)
+    return BertConfig(
+        **{**defaults, "max_position_embeddings": 32, "num_labels": 3, "classifier_dropout": 0.0, **overrides}
+    )
+
+
+def batch_with_token_types() -> dict[str, torch.Tensor]:
+    batch = masked_ids(VOCAB, 0, (7, 4, 2))
+    batch["token_type_ids"] = (torch.arange(7) >= 3).long().expand(3, 7) * batch["attention_mask"]
+    return batch
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_outputs_match_with_padding_and_token_types(source):
+    build, outputs = SOURCES[source]
+    model = build(bert_config())
+    turner = bert.CONVERTER.model_to_turner(model)
+    assert (turner.config.norm_position, turner.config.embedding_layer_norm, turner.config.type_vocab_size) == (
+        "post",
+        True,
+        2,
+    )
+    assert_same_outputs(model, turner, batch_with_token_types(), outputs)
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_round_trip_reproduces_every_tensor(source):
+    model = SOURCES[source][0](bert_config(type_vocab_size=3, hidden_act="gelu_new"))
+    back = bert.CONVERTER.model_from_turner(bert.CONVERTER.model_to_turner(model), type(model).__name__)
+    assert type(back) is type(model)
+    assert_same_state_dict(model, back)
+
+
+def test_minilm_sentence_embeddings_match():
+    """sentence-transformers' recipe: mean of the last hidden states over real tokens, then L2-normalised."""
+    model = BertModel(bert_config(**MINILM)).eval()
+    turner = bert.CONVERTER.model_to_turner(model)
+    batch = masked_ids(VOCAB, 0, (9, 5, 3))
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+
+    def embed(encoder: torch.nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            hidden = encoder(**batch).last_hidden_state
+        return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    torch.testing.assert_close(embed(turner), embed(model), atol=1e-5, rtol=1e-5)
+    assert turner.config.head_dim == 2
+
+
+def test_pure_map_names_and_config():
+    model = BertForSequenceClassification(bert_config(id2label={0: "neg", 1: "neutral", 2: "pos"}))
+    state, config = bert.to_turner(model.state_dict(), model.config, "BertForSequenceClassification")
+    assert torch.equal(
+        state["model.layers.1.self_attn.q_proj.weight"], model.bert.encoder.layer[1].attention.self.query.weight
+    )
+    assert torch.equal(
+        state["model.layers.0.attn_norm.bias"], model.bert.encoder.layer[0].attention.output.LayerNorm.bias
+    )
+    assert torch.equal(state["model.pooler.dense.weight"], model.bert.pooler.dense.weight)
+    assert (config.use_pooler, config.classifier_pooling, config.is_causal, config.pad_token_id) == (
+        True,
+        "cls",
+        False,
+        0,
+    )
+    assert (config.layer_norm_eps, config.hidden_dropout, config.id2label[2]) == (1e-12, 0.1, "pos")
+    back, back_config = bert.from_turner(state, config, "BertForSequenceClassification")
+    assert all(torch.equal(back[key], tensor) for key, tensor in model.state_dict().items())
+    assert (back_config.hidden_dropout_prob, back_config.classifier_dropout, back_config.label2id["pos"]) == (
+        0.1,
+        0.0,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "source"),
+    [
+        ("is_decoder", True, "BertModel with pooler"),
+        ("add_cross_attention", True, "BertModel with pooler"),
+        ("position_embedding_type", "relative_key", "BertModel with pooler"),
+        ("classifier_dropout", 0.2, "BertForSequenceClassification"),
+    ],
+)
+def test_options_turner_cannot_express_are_refused(option, value, source):
+    config = bert_config(**{option: value}, **({"is_decoder": True} if option == "add_cross_attention" else {}))
+    model = SOURCES[source][0](config)
+    with pytest.raises(ValueError, match=re.escape(f"`{option}`={value!r}")):
+        bert.to_turner(model.state_dict(), config, type(model).__name__)
+
+
+def test_classifier_dropout_falls_back_to_hidden_dropout():
+    config = bert_config(classifier_dropout=None, hidden_dropout_prob=0.1)
+    model = BertForSequenceClassification(config)
+    with pytest.raises(ValueError, match=r"`hidden_dropout_prob`=0.1 .*classifier_dropout=0.0"):
+        bert.to_turner(model.state_dict(), config, "BertForSequenceClassification")
+    assert bert.CONVERTER.model_to_turner(
+        BertForSequenceClassification(bert_config(classifier_dropout=None, hidden_dropout_prob=0.0))
+    )
+
+
+def turner_encoder_config(**overrides) -> TurnerConfig:
+    defaults = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, type_vocab_size=2)
+    encoder = dict(is_causal=False, norm_position="post", embedding_layer_norm=True, classifier_pooling="cls")
+    return TurnerConfig(**{**defaults, **encoder, "use_pooler": True, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "architecture"),
+    [
+        ("norm_position", "pre", "BertModel"),
+        ("is_causal", True, "BertModel"),
+        ("embedding_layer_norm", False, "BertModel"),
+        ("type_vocab_size", 0, "BertModel"),
+        ("attention_bias", False, "BertModel"),
+        ("position_embedding_type", "sinusoidal", "BertModel"),
+        ("use_pooler", False, "BertForSequenceClassification"),
+    ],
+)
+def test_reverse_refuses_what_bert_cannot_express(option, value, architecture):
+    config = turner_encoder_config(**{option: value})
+    model = bert.CONVERTER.head(architecture).turner_class(config)
+    with pytest.raises(ValueError, match=re.escape(f"`{option}`={value!r}")):
+        bert.from_turner(model.state_dict(), config, architecture)
+
+
+def test_reverse_needs_cls_pooling_for_the_classifier():
+    config = turner_encoder_config(use_pooler=False, classifier_pooling="mean")
+    with pytest.raises(ValueError, match=re.escape("`classifier_pooling`='mean'")):
+        bert.from_turner(TurnerForSequenceClassification(config).state_dict(), config, "BertForSequenceClassification")
+
+
+def test_turner_model_without_pooler_goes_back_to_bert_without_pooler():
+    turner = TurnerModel(turner_encoder_config(use_pooler=False))
+    back = bert.CONVERTER.model_from_turner(turner, "BertModel")
+    assert back.pooler is None
+    assert_same_outputs(back, turner, batch_with_token_types(), ("last_hidden_state",))

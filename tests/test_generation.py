@@ -1,0 +1,122 @@
+"""generate() and the KV cache (§4.1 incremental property): dynamic and static caches, padding, decoding modes."""
+
+import pytest
+import torch
+from transformers import DynamicCache, StaticCache
+from transformers.generation import CompileConfig
+
+from turner_tfm import TurnerForCausalLM
+
+from .tiny import random_ids, text_config
+
+PAD = 0
+
+
+@pytest.fixture
+def model() -> TurnerForCausalLM:
+    return TurnerForCausalLM(text_config()).eval()
+
+
+@pytest.mark.parametrize("position_embedding_type", ["learned", "sinusoidal", "none"])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_logits_with_and_without_the_dynamic_cache_are_equal(position_embedding_type, implementation):
+    config = text_config(position_embedding_type=position_embedding_type, attn_implementation=implementation)
+    model = TurnerForCausalLM(config).eval()
+    ids = random_ids(2, 12)
+    with torch.no_grad():
+        full = model(ids).logits
+        prefix = model(ids[:, :8], use_cache=True)
+        assert isinstance(prefix.past_key_values, DynamicCache)
+        cache = prefix.past_key_values
+        steps = [model(ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits for i in range(8, 12)]
+    assert cache.get_seq_length() == 12
+    torch.testing.assert_close(torch.cat([prefix.logits, *steps], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_logits_with_the_static_cache_are_equal(model):
+    ids = random_ids(2, 10)
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with torch.no_grad():
+        full = model(ids).logits
+        prefix = model(ids[:, :6], past_key_values=cache, use_cache=True).logits
+        step = model(ids[:, 6:], past_key_values=cache, use_cache=True).logits
+    torch.testing.assert_close(torch.cat([prefix, step], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_use_cache_false_returns_no_cache(model):
+    assert model(random_ids(1, 4), use_cache=False).past_key_values is None
+
+
+def greedy(model: TurnerForCausalLM, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    return model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=PAD, **kwargs)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_left_padded_batch_generates_what_each_prompt_generates_alone(implementation):
+    model = TurnerForCausalLM(text_config(attn_implementation=implementation)).eval()
+    prompts = [random_ids(1, 7, seed=1), random_ids(1, 4, seed=2), random_ids(1, 1, seed=3)]
+    width = max(p.shape[1] for p in prompts)
+    batch = torch.cat([torch.nn.functional.pad(p, (width - p.shape[1], 0), value=PAD) for p in prompts])
+    generated = greedy(model, batch, attention_mask=(batch != PAD).long())
+    for row, prompt in enumerate(prompts):
+        alone = greedy(model, prompt)
+        assert torch.equal(generated[row, width:], alone[0, prompt.shape[1] :])
+
+
+def test_static_cache_generates_what_the_dynamic_cache_generates(model):
+    ids = random_ids(2, 5)
+    assert torch.equal(greedy(model, ids, cache_implementation="static"), greedy(model, ids))
+
+
+def test_greedy_decoding_follows_the_argmax(model):
+    ids = random_ids(1, 5)
+    generated = greedy(model, ids)
+    with torch.no_grad():
+        next_tokens = model(generated[:, :-1]).logits.argmax(-1)
+    assert torch.equal(generated[:, 5:], next_tokens[:, 4:])
+
+
+def test_sampling_is_reproducible_and_uses_the_distribution(model):
+    ids = random_ids(1, 5)
+    torch.manual_seed(7)
+    first = model.generate(ids, max_new_tokens=20, do_sample=True, top_k=0, pad_token_id=PAD)
+    torch.manual_seed(7)
+    second = model.generate(ids, max_new_tokens=20, do_sample=True, top_k=0, pad_token_id=PAD)
+    assert torch.equal(first, second)
+    samples = {
+        tuple(model.generate(ids, max_new_tokens=8, do_sample=True, pad_token_id=PAD)[0].tolist()) for _ in range(5)
+    }
+    assert len(samples) > 1
+
+
+def test_beam_search_scores_at_least_as_well_as_greedy(model):
+    ids = random_ids(1, 5)
+
+    def log_likelihood(sequence: torch.Tensor) -> float:
+        with torch.no_grad():
+            logprobs = model(sequence).logits[:, 4:-1].log_softmax(-1)
+        return logprobs.gather(-1, sequence[:, 5:, None]).sum().item()
+
+    beams = model.generate(ids, max_new_tokens=6, num_beams=4, do_sample=False, length_penalty=0.0, pad_token_id=PAD)
+    plain = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=PAD)
+    assert beams.shape == plain.shape == (1, 11)
+    assert log_likelihood(beams) >= log_likelihood(plain) - 1e-5
+
+
+def compiled_static_generate(model: TurnerForCausalLM, ids: torch.Tensor, backend: str) -> torch.Tensor:
+    compile_config = CompileConfig(fullgraph=True, backend=backend, mode="default")
+    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
+    generated = greedy(model, ids, cache_implementation="static", compile_config=compile_config)
+    assert model._compiled_call is not None, "the decode step was not compiled"
+    return generated
+
+
+def test_static_cache_decode_step_compiles_with_fullgraph(model):
+    ids = random_ids(2, 5)
+    assert torch.equal(compiled_static_generate(model, ids, backend="eager"), greedy(model, ids))
+
+
+@pytest.mark.slow
+def test_static_cache_decode_step_compiles_with_inductor(model):
+    ids = random_ids(2, 5)
+    assert torch.equal(compiled_static_generate(model, ids, backend="inductor"), greedy(model, ids))
