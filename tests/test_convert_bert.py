@@ -72,7 +72,10 @@ def test_minilm_sentence_embeddings_match():
 
 
 def test_pure_map_names_and_config():
-    model = BertForSequenceClassification(bert_config(id2label={0: "neg", 1: "neutral", 2: "pos"}))
+    labels = ["neg", "neutral", "pos"]
+    model = BertForSequenceClassification(
+        bert_config(id2label=dict(enumerate(labels)), label2id={label: index for index, label in enumerate(labels)})
+    )
     state, config = bert.to_turner(model.state_dict(), model.config, "BertForSequenceClassification")
     assert torch.equal(
         state["model.layers.1.self_attn.q_proj.weight"], model.bert.encoder.layer[1].attention.self.query.weight

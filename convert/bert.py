@@ -1,0 +1,115 @@
+"""BERT <-> Turner: `BertModel` (with or without its pooler) and `BertForSequenceClassification`.
+
+BERT is the encoder of footnote 18: no mask, learned positions plus token-type embeddings, a LayerNorm on the
+embeddings, and the norm after each residual sum (`norm_position="post"`, hence no final norm). Its pooler is a
+dense layer and tanh on the first token, and the sequence classifier reads the pooler. Sentence-embedding models
+built on `BertModel` (the MiniLM family) convert like any `BertModel`.
+
+Refused (no Turner counterpart): `is_decoder=True`, `add_cross_attention=True`, a `position_embedding_type`
+other than "absolute" (older configs carry it; transformers v5 BERT ignores it), and, for
+`BertForSequenceClassification`, a non-zero dropout before the classifier (`classifier_dropout`, or
+`hidden_dropout_prob` when that is None): Turner's classifier has none. Load the source with
+`classifier_dropout=0.0` to convert such a checkpoint (inference does not change).
+"""
+
+from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedConfig
+
+from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerModel
+
+from ._common import (
+    ENCODER_FIELDS,
+    LABEL_FIELDS,
+    TOKEN_FIELDS,
+    TURNER,
+    Converter,
+    Head,
+    Rule,
+    per_layer,
+    rename,
+    rename_module,
+    rename_modules,
+    same_names,
+    unsupported,
+)
+
+_LAYER_RULES = rename_modules(
+    {
+        **{
+            f"encoder.layer.{{i}}.attention.self.{bert}": f"layers.{{i}}.self_attn.{name}_proj"
+            for bert, name in (("query", "q"), ("key", "k"), ("value", "v"))
+        },
+        "encoder.layer.{i}.attention.output.dense": "layers.{i}.self_attn.o_proj",
+        "encoder.layer.{i}.attention.output.LayerNorm": "layers.{i}.attn_norm",
+        "encoder.layer.{i}.intermediate.dense": "layers.{i}.mlp.up_proj",
+        "encoder.layer.{i}.output.dense": "layers.{i}.mlp.down_proj",
+        "encoder.layer.{i}.output.LayerNorm": "layers.{i}.mlp_norm",
+    }
+)
+
+
+def _check_classifier_dropout(config: PreTrainedConfig) -> None:
+    """BertForSequenceClassification drops out the pooled vector; Turner's classifier does not."""
+    option = "classifier_dropout" if config.classifier_dropout is not None else "hidden_dropout_prob"
+    value = getattr(config, option)
+    if value:
+        raise unsupported(
+            option,
+            value,
+            "BERT",
+            "BertForSequenceClassification drops out the pooled vector with it and Turner's classifier has no "
+            "dropout; load the source with classifier_dropout=0.0 (CLI: --set classifier_dropout=0.0) to convert",
+        )
+
+
+class BertConverter(Converter):
+    name = "BERT"
+    config_class = BertConfig
+    base_class = BertModel
+    heads = {
+        "BertModel": Head(BertModel, TurnerModel, pooler=None),
+        "BertForSequenceClassification": Head(
+            BertForSequenceClassification,
+            TurnerForSequenceClassification,
+            rules=tuple(rename_module("classifier", "classifier")),
+            pooler=True,
+            turner_options={"classifier_pooling": "cls"},
+            check_source=_check_classifier_dropout,
+        ),
+    }
+    fields = {
+        **LABEL_FIELDS,
+        **TOKEN_FIELDS,
+        **ENCODER_FIELDS,
+        **same_names("vocab_size", "max_position_embeddings", "type_vocab_size", "use_cache"),
+    }
+    source_required = {"add_cross_attention": False, "is_decoder": False, "position_embedding_type": "absolute"}
+    turner_required = {
+        "norm_position": "post",
+        "is_causal": False,
+        "embedding_layer_norm": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "image_size": None,
+    }
+
+    def turner_fields(self, config: BertConfig, use_pooler: bool) -> dict[str, object]:
+        return {"is_causal": False, "norm_position": "post", "embedding_layer_norm": True, "classifier_pooling": "cls"}
+
+    def source_fields(self, config: TurnerConfig) -> dict[str, object]:
+        if config.type_vocab_size == 0:
+            raise unsupported("type_vocab_size", 0, TURNER, "BERT always adds token-type embeddings: use 1 or more")
+        return {"classifier_dropout": 0.0}
+
+    def backbone_rules(self, num_layers: int) -> list[Rule]:
+        return [
+            rename("embeddings.word_embeddings.weight", "embeddings.embed_tokens.weight"),
+            rename("embeddings.position_embeddings.weight", "embeddings.embed_positions.weight"),
+            rename("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+            *rename_module("embeddings.LayerNorm", "embeddings.norm"),
+            *per_layer(num_layers, _LAYER_RULES),
+        ]
+
+
+CONVERTER = BertConverter()
+to_turner = CONVERTER.to_turner
+from_turner = CONVERTER.from_turner
