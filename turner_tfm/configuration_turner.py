@@ -4,8 +4,11 @@ Every hyper-parameter of the block is a field here, with Hugging Face's standard
 when the config is built: a wrong one raises `ValueError` naming the field, the value and what is allowed.
 """
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
 CLASSIFIER_POOLINGS = ("cls", "mean", "last")
@@ -34,6 +37,22 @@ _CHOICES = {
 }
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
 _DEFAULT_TEXT_POSITIONS = 1024
+# Keys `PreTrainedConfig` consumes itself, or that every saved config.json carries: not Turner fields, not unknown.
+_BASE_KEYS = {
+    "auto_map",
+    "model_type",
+    "transformers_version",
+    "num_labels",
+    "torch_dtype",
+    "name_or_path",
+    "_commit_hash",
+    "output_attentions",
+    "attn_implementation",
+    "experts_implementation",
+    "_attn_implementation_internal",
+    "_experts_implementation_internal",
+    "per_layer_config",
+}
 
 
 def _invalid(name: str, value: object, allowed: str) -> ValueError:
@@ -105,6 +124,12 @@ class TurnerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
+        unknown = sorted(set(kwargs) - _BASE_KEYS - set(GenerationConfig._get_default_generation_params()))
+        if unknown:
+            logger.warning(
+                f"TurnerConfig: unknown fields {unknown} (from a newer turner_tfm, or a typo?) are kept on the config "
+                "but nothing in this version reads them."
+            )
         self._check_field_values()
         self._resolve_defaults()
         self._check_combinations()

@@ -6,13 +6,16 @@ laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X
 Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
 own their projection, pooling and loss; the backbone knows nothing of tasks.
 
-This file imports only torch, transformers and `.configuration_turner`, so the copy `save_pretrained` writes next to
-the weights runs without the `turner_tfm` package.
+This file imports only torch, transformers (with safetensors, which transformers requires) and
+`.configuration_turner`, so the copy `save_pretrained` writes next to the weights runs without `turner_tfm`. It reads
+and writes no files itself: loading and saving go through `transformers`, and only ever as safetensors.
 """
 
+import os
 from collections.abc import Callable
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -38,6 +41,96 @@ from .configuration_turner import TurnerConfig
 
 def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
     return ValueError(f"`{name}` {value} is invalid: {allowed}.")
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return f"of shape {tuple(tensor.shape)}"
+
+
+def _checks_enabled(tensor: torch.Tensor) -> bool:
+    """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
+    return not is_torchdynamo_compiling() and tensor.numel() > 0
+
+
+def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
+    """Raise unless every value (other than `ignore`) lies in [low, high)."""
+    if not _checks_enabled(values):
+        return
+    checked = values if ignore is None else values[values != ignore]
+    if checked.numel() and (int(checked.min()) < low or int(checked.max()) >= high):
+        bad = int(checked.min()) if int(checked.min()) < low else int(checked.max())
+        raise _invalid_input(name, f"contains {bad}", allowed)
+
+
+def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
+    if (input_ids is None) == (inputs_embeds is None):
+        given = "both" if input_ids is not None else "neither"
+        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
+    if input_ids is not None:
+        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
+            raise _invalid_input(
+                "input_ids",
+                f"{_shape(input_ids)} and dtype {input_ids.dtype}",
+                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
+            )
+        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
+    elif inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.hidden_size:
+        raise _invalid_input(
+            "inputs_embeds", _shape(inputs_embeds), f"expected (batch >= 1, sequence >= 1, {config.hidden_size})"
+        )
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
+    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
+    if attention_mask is None or attention_mask.ndim == 4:
+        return
+    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
+        raise _invalid_input(
+            "attention_mask",
+            _shape(attention_mask),
+            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
+            "for padding",
+        )
+
+
+def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
+    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
+    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
+        raise _invalid_input(
+            "labels",
+            f"{_shape(labels)} and dtype {labels.dtype}",
+            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
+        )
+    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
+
+
+def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
+    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
+    num_labels, problem = config.num_labels, config.problem_type
+    if problem == "regression" or (problem is None and num_labels == 1):
+        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                f"{_shape(labels)} and dtype {labels.dtype}",
+                f"regression expects {batch_size} x {num_labels} floats",
+            )
+    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
+        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                f"{_shape(labels)} and dtype {labels.dtype}",
+                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
+            )
+        _check_range("labels", labels, 0, 2, "multi-label targets must be in [0, 1]")
+    else:
+        if labels.numel() != batch_size or labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                f"{_shape(labels)} and dtype {labels.dtype}",
+                f"single-label classification expects {batch_size} integer class ids",
+            )
+        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -109,6 +202,7 @@ class TurnerPatchEmbeddings(nn.Module):
     def __init__(self, config: TurnerConfig):
         super().__init__()
         self.image_size = config.image_size
+        self.patch_size = config.patch_size
         self.num_channels = config.num_channels
         self.patch_embed = nn.Conv2d(
             config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
@@ -117,25 +211,51 @@ class TurnerPatchEmbeddings(nn.Module):
         self.embed_positions = build_position_embedding(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        self._check_pixel_values(pixel_values)
+    def forward(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False) -> torch.Tensor:
+        self._check_pixel_values(pixel_values, interpolate_pos_encoding)
         pixel_values = pixel_values.to(self.patch_embed.weight.dtype)
-        patches = self.patch_embed(pixel_values).flatten(2).transpose(1, 2)
+        patch_grid = self.patch_embed(pixel_values)
+        patches = patch_grid.flatten(2).transpose(1, 2)
         cls_tokens = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)
         hidden_states = torch.cat([cls_tokens, patches], dim=1)
         if self.embed_positions is not None:
-            position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)
-            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+            hidden_states = hidden_states + self._positions(hidden_states, patch_grid.shape[-2:]).to(
+                hidden_states.dtype
+            )
         return self.dropout(hidden_states)
 
-    def _check_pixel_values(self, pixel_values: torch.Tensor) -> None:
-        expected = (self.num_channels, self.image_size, self.image_size)
-        if pixel_values.ndim != 4 or tuple(pixel_values.shape[1:]) != expected:
+    def _positions(self, hidden_states: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """e_n for the class token and each patch; learned ones are resized (bicubic) to another patch grid."""
+        position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+        trained_grid = self.image_size // self.patch_size
+        if not isinstance(self.embed_positions, nn.Embedding) or tuple(grid) == (trained_grid, trained_grid):
+            return self.embed_positions(position_ids)
+        table = self.embed_positions.weight
+        patch_table = table[1:].reshape(1, trained_grid, trained_grid, -1).permute(0, 3, 1, 2)
+        resized = nn.functional.interpolate(patch_table.float(), size=tuple(grid), mode="bicubic", align_corners=False)
+        resized = resized.to(table.dtype).permute(0, 2, 3, 1).reshape(-1, table.shape[-1])
+        return torch.cat([table[:1], resized])
+
+    def _check_pixel_values(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool) -> None:
+        channels, size, patch = self.num_channels, self.image_size, self.patch_size
+        if pixel_values.ndim != 4 or pixel_values.shape[0] == 0 or pixel_values.shape[1] != channels:
+            raise _invalid_input(
+                "pixel_values", _shape(pixel_values), f"expected (batch >= 1, {channels}, height, width)"
+            )
+        height, width = pixel_values.shape[2:]
+        if interpolate_pos_encoding:
+            if height % patch or width % patch or height == 0 or width == 0:
+                raise _invalid_input(
+                    "pixel_values",
+                    _shape(pixel_values),
+                    f"height and width must be positive multiples of patch_size={patch}",
+                )
+        elif (height, width) != (size, size):
             raise _invalid_input(
                 "pixel_values",
-                f"of shape {tuple(pixel_values.shape)}",
-                f"expected (batch, {expected[0]}, {expected[1]}, {expected[2]}) for num_channels={expected[0]} and "
-                f"image_size={expected[1]}",
+                _shape(pixel_values),
+                f"the model was built for {size}x{size} images (image_size); resize them, or pass "
+                "interpolate_pos_encoding=True to resize the position embeddings instead",
             )
 
 
@@ -278,6 +398,19 @@ class TurnerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
 
+    @classmethod
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs
+    ) -> "TurnerPreTrainedModel":
+        """`PreTrainedModel.from_pretrained`, with a damaged weights file reported as such and where it is."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as error:
+            raise ValueError(
+                f"The weights of {str(pretrained_model_name_or_path)!r} cannot be read: the safetensors file is "
+                f"truncated or corrupted ({error}). Save or download the checkpoint again."
+            ) from error
+
     def _require_modality(self, config: TurnerConfig, image: bool) -> None:
         """A text head needs a text config and the image head an image config (`image_size` set)."""
         if config.is_image_model != image:
@@ -324,11 +457,18 @@ class TurnerModel(TurnerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool = False,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        r"""
+        pixel_values (`torch.Tensor` of shape `(batch, num_channels, height, width)`, *optional*):
+            Images, for an image model (`config.image_size` set) in place of `input_ids`.
+        interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
+            Resize learned patch positions to accept images of another size than `config.image_size`.
+        """
         if self.config.is_image_model:
-            hidden_states = self._embed_image(pixel_values, input_ids, inputs_embeds)
+            hidden_states = self._embed_image(pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
             use_cache = False
         else:
             hidden_states, past_key_values, position_ids = self._embed_text(
@@ -356,10 +496,8 @@ class TurnerModel(TurnerPreTrainedModel):
         past_key_values: Cache | None,
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` (got both or neither).")
+        check_text_inputs(self.config, input_ids, inputs_embeds)
         if input_ids is not None:
-            self._check_input_ids(input_ids)
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
@@ -372,14 +510,18 @@ class TurnerModel(TurnerPreTrainedModel):
         return hidden_states, past_key_values, position_ids
 
     def _embed_image(
-        self, pixel_values: torch.Tensor | None, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None
+        self,
+        pixel_values: torch.Tensor | None,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        interpolate_pos_encoding: bool,
     ) -> torch.Tensor:
         if pixel_values is None or input_ids is not None or inputs_embeds is not None:
             raise ValueError(
                 "This is an image model (config.image_size is set): pass `pixel_values` only, not `input_ids` or "
                 "`inputs_embeds`."
             )
-        return self.embeddings(pixel_values)
+        return self.embeddings(pixel_values, interpolate_pos_encoding)
 
     def _attention_mask(
         self,
@@ -389,6 +531,9 @@ class TurnerModel(TurnerPreTrainedModel):
         position_ids: torch.Tensor | None,
     ) -> torch.Tensor | None:
         """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding."""
+        if not is_torchdynamo_compiling():
+            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+            check_attention_mask(attention_mask, hidden_states.shape[0], past_seen + hidden_states.shape[1])
         if self.config.is_causal:
             return create_causal_mask(
                 config=self.config,
@@ -404,29 +549,18 @@ class TurnerModel(TurnerPreTrainedModel):
             past_key_values=past_key_values,
         )
 
-    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
-        if input_ids.ndim != 2:
-            raise _invalid_input("input_ids", f"of shape {tuple(input_ids.shape)}", "expected (batch, sequence)")
-        if is_torchdynamo_compiling() or input_ids.numel() == 0:
-            return
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= self.config.vocab_size:
-            bad = low if low < 0 else high
-            raise _invalid_input(
-                "input_ids", f"contains token id {bad}", f"ids must be in [0, {self.config.vocab_size})"
-            )
-
     def _check_positions(self, position_ids: torch.Tensor) -> None:
-        if self.config.position_embedding_type != "learned" or is_torchdynamo_compiling() or position_ids.numel() == 0:
+        if self.config.position_embedding_type != "learned":
             return
-        last = int(position_ids.max())
-        if last >= self.config.max_position_embeddings:
-            raise _invalid_input(
-                "input_ids",
-                f"reach position {last}",
-                f"learned position embeddings cover positions 0..{self.config.max_position_embeddings - 1} "
-                "(max_position_embeddings); shorten the input or use position_embedding_type='sinusoidal'",
-            )
+        limit = self.config.max_position_embeddings
+        _check_range(
+            "position_ids",
+            position_ids,
+            0,
+            limit,
+            f"learned position embeddings cover positions 0..{limit - 1} (max_position_embeddings): shorten the "
+            "input (with the cache: prompt + generated tokens), or use position_embedding_type='sinusoidal'",
+        )
 
 
 class TurnerPooler(nn.Module):
@@ -491,6 +625,7 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
 
         loss = None
         if labels is not None:
+            check_causal_lm_labels(labels, hidden_states.shape[:2], self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
@@ -541,6 +676,7 @@ class _TurnerClassifierMixin:
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
         if labels is None:
             return None
+        check_classification_labels(labels, self.config, logits.shape[0])
         return self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
 
 
@@ -603,13 +739,16 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
         self,
         pixel_values: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        interpolate_pos_encoding: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
         r"""
+        interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
+            Resize learned patch positions to accept images of another size than `config.image_size`.
         labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
         """
-        outputs = self.model(pixel_values=pixel_values, **kwargs)
+        outputs = self.model(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
         logits = self._classify(outputs, None)
         return ImageClassifierOutput(
             loss=self._classification_loss(logits, labels),

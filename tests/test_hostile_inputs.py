@@ -1,0 +1,287 @@
+"""Hostile and broken inputs: clear errors naming the argument, finite numbers, nothing valid silently changed."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
+
+import turner_tfm
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForCausalLM,
+    TurnerForImageClassification,
+    TurnerForSequenceClassification,
+    TurnerModel,
+)
+
+from .tiny import image_config, random_ids, text_config
+
+
+@pytest.fixture(scope="module")
+def causal_lm() -> TurnerForCausalLM:
+    return TurnerForCausalLM(text_config()).eval()
+
+
+@pytest.fixture(scope="module")
+def image_classifier() -> TurnerForImageClassification:
+    return TurnerForImageClassification(image_config()).eval()
+
+
+# --- config -----------------------------------------------------------------------------------------------------
+
+
+def test_config_from_a_newer_version_loads_with_a_warning(tmp_path):
+    text_config().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "quantum_attention": True}))
+    logger = logging.get_logger("turner_tfm.configuration_turner")
+    with CaptureLogger(logger) as captured:
+        config = TurnerConfig.from_pretrained(tmp_path)
+    assert "quantum_attention" in captured.out
+    assert config.hidden_size == 32
+
+
+def test_a_plain_saved_config_loads_without_warnings(tmp_path):
+    text_config().save_pretrained(tmp_path)
+    logger = logging.get_logger("turner_tfm.configuration_turner")
+    with CaptureLogger(logger) as captured:
+        TurnerConfig.from_pretrained(tmp_path)
+    assert captured.out == ""
+
+
+# --- inputs -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument", "hint"),
+    [
+        ({"input_ids": torch.tensor([[5, 99]])}, "input_ids", "[0, 99)"),
+        ({"input_ids": torch.tensor([[5, -1]])}, "input_ids", "[0, 99)"),
+        ({"input_ids": torch.zeros(0, 4, dtype=torch.long)}, "input_ids", "batch >= 1"),
+        ({"input_ids": torch.zeros(2, 0, dtype=torch.long)}, "input_ids", "sequence >= 1"),
+        ({"input_ids": torch.ones(2, 3)}, "input_ids", "integer token ids"),
+        ({"input_ids": torch.ones(3, dtype=torch.long)}, "input_ids", "(batch, sequence)"),
+        ({"input_ids": random_ids(1, 65)}, "position_ids", "max_position_embeddings"),
+        ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(2, 4)}, "attention_mask", "(2, 5)"),
+        ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(3, 5)}, "attention_mask", "(2, 5)"),
+        ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(10)}, "attention_mask", "(2, 5)"),
+        ({"inputs_embeds": torch.randn(2, 5, 31)}, "inputs_embeds", "32"),
+        ({"inputs_embeds": torch.randn(0, 5, 32)}, "inputs_embeds", "batch >= 1"),
+        ({"input_ids": random_ids(2, 5), "labels": random_ids(2, 4)}, "labels", "(2, 5)"),
+        ({"input_ids": random_ids(2, 5), "labels": torch.rand(2, 5)}, "labels", "integer"),
+        ({"input_ids": random_ids(2, 5), "labels": torch.full((2, 5), 99)}, "labels", "-100"),
+    ],
+)
+def test_bad_text_inputs_get_a_value_error_naming_the_argument(causal_lm, kwargs, argument, hint):
+    with pytest.raises(ValueError) as error:
+        causal_lm(**kwargs)
+    assert f"`{argument}`" in str(error.value)
+    assert hint in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"input_ids": random_ids(1, 3), "inputs_embeds": torch.randn(1, 3, 32)}],
+    ids=["neither", "both"],
+)
+def test_input_ids_and_inputs_embeds_both_or_neither(causal_lm, kwargs):
+    with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
+        causal_lm(**kwargs)
+
+
+def test_cached_decoding_past_the_learned_positions_is_refused(causal_lm):
+    with torch.no_grad():
+        cache = causal_lm(random_ids(1, 63), use_cache=True).past_key_values
+        causal_lm(random_ids(1, 1), past_key_values=cache)  # position 63: the last learned one
+        with pytest.raises(ValueError, match="`position_ids` contains 64"):
+            causal_lm(random_ids(1, 1), past_key_values=cache)
+
+
+def test_sinusoidal_positions_run_past_max_position_embeddings():
+    model = TurnerForCausalLM(text_config(position_embedding_type="sinusoidal")).eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(random_ids(1, 100)).logits).all()
+
+
+@pytest.mark.parametrize(
+    ("pixel_values", "hint"),
+    [
+        (torch.randn(2, 3, 32, 32), "16x16"),
+        (torch.randn(2, 1, 16, 16), "(batch >= 1, 3, height, width)"),
+        (torch.randn(3, 16, 16), "(batch >= 1, 3, height, width)"),
+        (torch.randn(0, 3, 16, 16), "batch >= 1"),
+    ],
+)
+def test_bad_images_get_a_value_error_naming_pixel_values(image_classifier, pixel_values, hint):
+    with pytest.raises(ValueError) as error:
+        image_classifier(pixel_values)
+    assert "`pixel_values`" in str(error.value) and hint in str(error.value)
+
+
+def test_images_of_another_size_run_with_interpolated_positions(image_classifier):
+    with torch.no_grad():
+        logits = image_classifier(torch.randn(2, 3, 24, 32), interpolate_pos_encoding=True).logits
+        same_size = image_classifier(torch.ones(1, 3, 16, 16), interpolate_pos_encoding=True).logits
+        plain = image_classifier(torch.ones(1, 3, 16, 16)).logits
+    assert logits.shape == (2, 3) and torch.isfinite(logits).all()
+    torch.testing.assert_close(same_size, plain)  # the trained size is left exactly as it was
+    with pytest.raises(ValueError, match="multiples of patch_size=4"):
+        image_classifier(torch.randn(1, 3, 18, 16), interpolate_pos_encoding=True)
+
+
+def test_image_model_refuses_token_inputs(image_classifier):
+    with pytest.raises(ValueError, match="pass `pixel_values` only"):
+        image_classifier.model(input_ids=random_ids(1, 4))
+
+
+@pytest.mark.parametrize(
+    ("config_overrides", "labels", "hint"),
+    [
+        ({}, torch.tensor([0, 3]), "[0, 3)"),
+        ({}, torch.tensor([[0], [1], [2]]), "2 integer class ids"),
+        ({"problem_type": "multi_label_classification"}, torch.ones(2, 2), "(2, 3)"),
+        ({"problem_type": "multi_label_classification"}, torch.ones(2, 3, dtype=torch.long), "floats"),
+        ({"problem_type": "multi_label_classification"}, torch.full((2, 3), 2.0), "[0, 1]"),
+        ({"problem_type": "regression"}, torch.ones(2, 2), "2 x 3 floats"),
+        ({"num_labels": 1}, torch.tensor([1, 0]), "2 x 1 floats"),
+    ],
+)
+def test_bad_classification_labels_get_a_value_error(config_overrides, labels, hint):
+    model = TurnerForSequenceClassification(text_config(**{"is_causal": False, "num_labels": 3, **config_overrides}))
+    with pytest.raises(ValueError) as error:
+        model(random_ids(2, 5), labels=labels)
+    assert "`labels`" in str(error.value) and hint in str(error.value)
+
+
+def test_image_labels_are_checked_too(image_classifier):
+    with pytest.raises(ValueError, match="class ids must be in"):
+        image_classifier(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 7]))
+
+
+# --- numbers ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_rows_that_are_all_padding_stay_finite(implementation, causal):
+    config = text_config(is_causal=causal, attn_implementation=implementation, num_labels=2)
+    model = TurnerForSequenceClassification(config).eval()
+    ids = random_ids(2, 5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        outputs = model(ids, attention_mask=mask, output_hidden_states=True)
+    assert torch.isfinite(outputs.logits).all()
+    assert all(torch.isfinite(hidden).all() for hidden in outputs.hidden_states)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_half_precision_stays_finite_with_large_attention_scores(dtype, implementation):
+    model = TurnerForCausalLM(text_config(attn_implementation=implementation)).eval()
+    with torch.no_grad():
+        for block in model.model.layers:  # scores of order 1e4: exp() overflows unless softmax runs in fp32
+            block.self_attn.q_proj.weight.mul_(40.0)
+            block.self_attn.k_proj.weight.mul_(40.0)
+            block.attn_norm.weight.mul_(3.0)
+    model = model.to(dtype)
+    ids = random_ids(2, 12)
+    with torch.no_grad():
+        logits = model(ids).logits
+        generated = model.generate(
+            ids, max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True
+        )
+    assert torch.isfinite(logits).all()
+    assert all(torch.isfinite(score).all() for score in generated.scores)
+
+
+def test_loss_ignores_minus_100_labels(causal_lm):
+    ids = random_ids(2, 6)
+    labels = ids.clone()
+    labels[0] = -100
+    with torch.no_grad():
+        masked_loss = causal_lm(ids, labels=labels).loss
+        second_row_only = causal_lm(ids[1:], labels=ids[1:]).loss
+    torch.testing.assert_close(masked_loss, second_row_only)
+
+
+# --- weights ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_lm(tmp_path) -> Path:
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_truncated_weights_fail_with_a_clear_error(saved_lm):
+    weights = saved_lm / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match="truncated or corrupted"):
+        TurnerForCausalLM.from_pretrained(saved_lm)
+
+
+def test_corrupted_weights_fail_with_a_clear_error(saved_lm):
+    weights = saved_lm / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:8] + b"\x00garbage" + data[16:])
+    with pytest.raises(ValueError, match=str(saved_lm)):
+        TurnerForCausalLM.from_pretrained(saved_lm)
+
+
+def test_wrongly_shaped_tensor_fails_unless_mismatches_are_ignored(saved_lm):
+    weights = saved_lm / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["model.layers.0.mlp.up_proj.weight"] = torch.zeros(40, 32)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        TurnerForCausalLM.from_pretrained(saved_lm)
+
+
+def test_config_sizes_that_disagree_with_the_weights_fail(saved_lm):
+    config = json.loads((saved_lm / "config.json").read_text())
+    (saved_lm / "config.json").write_text(json.dumps({**config, "intermediate_size": 50}))
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        TurnerForCausalLM.from_pretrained(saved_lm)
+
+
+def test_missing_tensors_are_reported_never_silently_filled(saved_lm):
+    weights = saved_lm / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["model.layers.1.self_attn.v_proj.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    _, info = TurnerForCausalLM.from_pretrained(saved_lm, output_loading_info=True)
+    assert info["missing_keys"] == {"model.layers.1.self_attn.v_proj.weight"}
+
+
+def test_only_safetensors_are_written(tmp_path):
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    suffixes = {path.suffix for path in tmp_path.iterdir()}
+    assert suffixes == {".safetensors", ".json", ".py"}
+
+
+def test_the_code_copied_next_to_the_weights_does_no_io():
+    package = Path(turner_tfm.__file__).parent
+    forbidden_calls = {"open", "load", "save", "urlopen", "system", "popen", "exec", "eval", "__import__"}
+    forbidden_modules = {"os.path", "pickle", "subprocess", "socket", "urllib", "requests", "shutil", "pathlib"}
+    for name in ("modeling_turner.py", "configuration_turner.py"):
+        tree = ast.parse((package / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                assert called not in forbidden_calls, f"{name}:{node.lineno} calls {called}"
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not set(modules) & forbidden_modules, f"{name}:{node.lineno} imports {modules}"
+
+
+def test_backbone_checkpoint_in_a_head_keeps_the_backbone_exact(tmp_path):
+    backbone = TurnerModel(text_config())
+    backbone.save_pretrained(tmp_path)
+    head = TurnerForCausalLM.from_pretrained(tmp_path)
+    for name, tensor in backbone.state_dict().items():
+        assert torch.equal(head.model.state_dict()[name], tensor), name
