@@ -26,6 +26,7 @@ _POSITIVE_INTS = (
     "patch_size",
     "num_channels",
 )
+_OPTIONAL = ("head_dim", "intermediate_size", "max_position_embeddings", "image_size", "classifier_pooling")
 _NON_NEGATIVE_INTS = ("type_vocab_size",)
 _PROBABILITIES = ("hidden_dropout", "attention_dropout")
 _POSITIVE_FLOATS = ("layer_norm_eps", "initializer_range")
@@ -149,7 +150,7 @@ class TurnerConfig(PreTrainedConfig):
         """Types and ranges, one field at a time."""
         for name in _POSITIVE_INTS:
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if (value is not None or name not in _OPTIONAL) and (not _is_int(value) or value < 1):
                 raise _invalid(name, value, "it must be a positive integer")
         for name in _NON_NEGATIVE_INTS:
             value = getattr(self, name)
@@ -169,7 +170,7 @@ class TurnerConfig(PreTrainedConfig):
                 raise _invalid(name, value, "it must be True or False")
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
-            if value is not None and value not in choices:
+            if (value is not None or name not in _OPTIONAL) and value not in choices:
                 raise _invalid(name, value, f"choose one of {list(choices)}")
         if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
             raise _invalid("hidden_act", self.hidden_act, f"choose one of {sorted(ACT2FN)}")
