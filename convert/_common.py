@@ -91,7 +91,7 @@ def per_layer(num_layers: int, rules: Sequence[Rule]) -> list[Rule]:
     return [rule.for_layer(index) for index in range(num_layers) for rule in rules]
 
 
-POOLER_RULES = tuple(rename_module("pooler.dense", "pooler.dense"))
+POOLER_RULES = rename_module("pooler.dense", "pooler.dense")
 
 
 def unsupported(option: str, value: object, where: str, valid: str) -> ValueError:
@@ -146,7 +146,7 @@ class Head:
 
     source_class: type[PreTrainedModel]
     turner_class: type[PreTrainedModel]
-    rules: tuple[Rule, ...] = ()
+    rules: Sequence[Rule] = ()
     pooler: bool | None = False
     turner_options: Mapping[str, object] = field(default_factory=dict)
     check_source: Callable[[PreTrainedConfig], None] | None = None
@@ -162,6 +162,10 @@ class Converter:
     fields: Mapping[str, str] = LABEL_FIELDS  # source config field -> TurnerConfig field, same meaning
     source_required: Mapping[str, object] = {}
     turner_required: Mapping[str, object] = {}
+    # the base model -> TurnerModel, pooler excluded: embeddings, each layer (keys with `{i}`), after the layers
+    embedding_rules: Sequence[Rule] = ()
+    layer_rules: Sequence[Rule] = ()
+    final_rules: Sequence[Rule] = ()
 
     def turner_fields(self, config: PreTrainedConfig, use_pooler: bool) -> dict[str, object]:
         """TurnerConfig fields beyond `fields`; raises ValueError for what Turner cannot express."""
@@ -169,10 +173,6 @@ class Converter:
 
     def source_fields(self, config: TurnerConfig) -> dict[str, object]:
         """Source config fields beyond `fields`; raises ValueError for what the family cannot express."""
-        raise NotImplementedError
-
-    def backbone_rules(self, num_layers: int) -> list[Rule]:
-        """Rules from the family's base model to `TurnerModel`, pooler excluded."""
         raise NotImplementedError
 
     def head(self, architecture: str) -> Head:
@@ -245,9 +245,12 @@ class Converter:
         return _filled(head.source_class(config, **pooler_arg), state_dict, model)
 
     def _rules(self, head: Head, turner_config: TurnerConfig) -> list[Rule]:
-        backbone = self.backbone_rules(turner_config.num_hidden_layers)
-        if turner_config.use_pooler:
-            backbone += POOLER_RULES
+        backbone = [
+            *self.embedding_rules,
+            *per_layer(turner_config.num_hidden_layers, self.layer_rules),
+            *self.final_rules,
+            *(POOLER_RULES if turner_config.use_pooler else ()),
+        ]
         source_prefix = self._prefix(head.source_class, self.base_class)
         turner_prefix = self._prefix(head.turner_class, TurnerModel)
         return [rule.prefixed(source_prefix, turner_prefix) for rule in backbone] + list(head.rules)

@@ -23,27 +23,11 @@ from ._common import (
     TURNER,
     Converter,
     Head,
-    Rule,
-    per_layer,
     rename,
     rename_module,
     rename_modules,
     same_names,
     unsupported,
-)
-
-_LAYER_RULES = rename_modules(
-    {
-        **{
-            f"encoder.layer.{{i}}.attention.self.{bert}": f"layers.{{i}}.self_attn.{name}_proj"
-            for bert, name in (("query", "q"), ("key", "k"), ("value", "v"))
-        },
-        "encoder.layer.{i}.attention.output.dense": "layers.{i}.self_attn.o_proj",
-        "encoder.layer.{i}.attention.output.LayerNorm": "layers.{i}.attn_norm",
-        "encoder.layer.{i}.intermediate.dense": "layers.{i}.mlp.up_proj",
-        "encoder.layer.{i}.output.dense": "layers.{i}.mlp.down_proj",
-        "encoder.layer.{i}.output.LayerNorm": "layers.{i}.mlp_norm",
-    }
 )
 
 
@@ -70,7 +54,7 @@ class BertConverter(Converter):
         "BertForSequenceClassification": Head(
             BertForSequenceClassification,
             TurnerForSequenceClassification,
-            rules=tuple(rename_module("classifier", "classifier")),
+            rules=rename_module("classifier", "classifier"),
             pooler=True,
             turner_options={"classifier_pooling": "cls"},
             check_source=_check_classifier_dropout,
@@ -91,6 +75,25 @@ class BertConverter(Converter):
         "mlp_bias": True,
         "image_size": None,
     }
+    embedding_rules = (
+        rename("embeddings.word_embeddings.weight", "embeddings.embed_tokens.weight"),
+        rename("embeddings.position_embeddings.weight", "embeddings.embed_positions.weight"),
+        rename("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+        *rename_module("embeddings.LayerNorm", "embeddings.norm"),
+    )
+    layer_rules = rename_modules(
+        {
+            **{
+                f"encoder.layer.{{i}}.attention.self.{bert}": f"layers.{{i}}.self_attn.{name}_proj"
+                for bert, name in (("query", "q"), ("key", "k"), ("value", "v"))
+            },
+            "encoder.layer.{i}.attention.output.dense": "layers.{i}.self_attn.o_proj",
+            "encoder.layer.{i}.attention.output.LayerNorm": "layers.{i}.attn_norm",
+            "encoder.layer.{i}.intermediate.dense": "layers.{i}.mlp.up_proj",
+            "encoder.layer.{i}.output.dense": "layers.{i}.mlp.down_proj",
+            "encoder.layer.{i}.output.LayerNorm": "layers.{i}.mlp_norm",
+        }
+    )
 
     def turner_fields(self, config: BertConfig, use_pooler: bool) -> dict[str, object]:
         return {"is_causal": False, "norm_position": "post", "embedding_layer_norm": True, "classifier_pooling": "cls"}
@@ -99,15 +102,6 @@ class BertConverter(Converter):
         if config.type_vocab_size == 0:
             raise unsupported("type_vocab_size", 0, TURNER, "BERT always adds token-type embeddings: use 1 or more")
         return {"classifier_dropout": 0.0}
-
-    def backbone_rules(self, num_layers: int) -> list[Rule]:
-        return [
-            rename("embeddings.word_embeddings.weight", "embeddings.embed_tokens.weight"),
-            rename("embeddings.position_embeddings.weight", "embeddings.embed_positions.weight"),
-            rename("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
-            *rename_module("embeddings.LayerNorm", "embeddings.norm"),
-            *per_layer(num_layers, _LAYER_RULES),
-        ]
 
 
 CONVERTER = BertConverter()

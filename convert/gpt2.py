@@ -21,7 +21,6 @@ from ._common import (
     Converter,
     Head,
     Rule,
-    per_layer,
     rename,
     rename_module,
     same_names,
@@ -73,17 +72,6 @@ def _score_without_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
             "GPT-2's `score` has no bias; only an all-zero bias converts."
         )
     return [weight]
-
-
-_LAYER_RULES = (
-    *rename_module("h.{i}.ln_1", "layers.{i}.attn_norm"),
-    _qkv("weight"),
-    _qkv("bias"),
-    *_conv1d("h.{i}.attn.c_proj", "layers.{i}.self_attn.o_proj"),
-    *rename_module("h.{i}.ln_2", "layers.{i}.mlp_norm"),
-    *_conv1d("h.{i}.mlp.c_fc", "layers.{i}.mlp.up_proj"),
-    *_conv1d("h.{i}.mlp.c_proj", "layers.{i}.mlp.down_proj"),
-)
 
 
 class GPT2Converter(Converter):
@@ -138,6 +126,20 @@ class GPT2Converter(Converter):
         "mlp_bias": True,
         "image_size": None,
     }
+    embedding_rules = (
+        rename("wte.weight", "embeddings.embed_tokens.weight"),
+        rename("wpe.weight", "embeddings.embed_positions.weight"),
+    )
+    layer_rules = (
+        *rename_module("h.{i}.ln_1", "layers.{i}.attn_norm"),
+        _qkv("weight"),
+        _qkv("bias"),
+        *_conv1d("h.{i}.attn.c_proj", "layers.{i}.self_attn.o_proj"),
+        *rename_module("h.{i}.ln_2", "layers.{i}.mlp_norm"),
+        *_conv1d("h.{i}.mlp.c_fc", "layers.{i}.mlp.up_proj"),
+        *_conv1d("h.{i}.mlp.c_proj", "layers.{i}.mlp.down_proj"),
+    )
+    final_rules = rename_module("ln_f", "norm")
 
     def turner_fields(self, config: GPT2Config, use_pooler: bool) -> dict[str, object]:
         if config.embd_pdrop != config.resid_pdrop:
@@ -152,14 +154,6 @@ class GPT2Converter(Converter):
 
     def source_fields(self, config: TurnerConfig) -> dict[str, object]:
         return {"embd_pdrop": config.hidden_dropout}
-
-    def backbone_rules(self, num_layers: int) -> list[Rule]:
-        return [
-            rename("wte.weight", "embeddings.embed_tokens.weight"),
-            rename("wpe.weight", "embeddings.embed_positions.weight"),
-            *per_layer(num_layers, _LAYER_RULES),
-            *rename_module("ln_f", "norm"),
-        ]
 
 
 CONVERTER = GPT2Converter()

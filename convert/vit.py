@@ -24,7 +24,6 @@ from ._common import (
     Converter,
     Head,
     Rule,
-    per_layer,
     rename,
     rename_module,
     rename_modules,
@@ -50,17 +49,6 @@ def _square(option: str, value: int | Sequence[int]) -> int:
     raise unsupported(option, value, "ViT", "Turner takes square images and patches: give one integer")
 
 
-_LAYER_RULES = rename_modules(
-    {
-        **{f"layers.{{i}}.attention.{name}_proj": f"layers.{{i}}.self_attn.{name}_proj" for name in "qkvo"},
-        "layers.{i}.layernorm_before": "layers.{i}.attn_norm",
-        "layers.{i}.layernorm_after": "layers.{i}.mlp_norm",
-        "layers.{i}.mlp.fc1": "layers.{i}.mlp.up_proj",
-        "layers.{i}.mlp.fc2": "layers.{i}.mlp.down_proj",
-    }
-)
-
-
 class ViTConverter(Converter):
     name = "ViT"
     config_class = ViTConfig
@@ -70,13 +58,33 @@ class ViTConverter(Converter):
         "ViTForImageClassification": Head(
             ViTForImageClassification,
             TurnerForImageClassification,
-            rules=tuple(rename_module("classifier", "classifier")),
+            rules=rename_module("classifier", "classifier"),
             turner_options={"classifier_pooling": "cls"},
         ),
     }
     fields = {**LABEL_FIELDS, **ENCODER_FIELDS, **same_names("num_channels")}
     source_required = {"qkv_bias": True}
     turner_required = {"norm_position": "pre", "is_causal": False, "attention_bias": True, "mlp_bias": True}
+    embedding_rules = (
+        rename("embeddings.cls_token", "embeddings.cls_token"),
+        Rule(
+            ("embeddings.position_embeddings",),
+            ("embeddings.embed_positions.weight",),
+            _drop_batch_axis,
+            _add_batch_axis,
+        ),
+        *rename_module("embeddings.patch_embeddings.projection", "embeddings.patch_embed"),
+    )
+    layer_rules = rename_modules(
+        {
+            **{f"layers.{{i}}.attention.{name}_proj": f"layers.{{i}}.self_attn.{name}_proj" for name in "qkvo"},
+            "layers.{i}.layernorm_before": "layers.{i}.attn_norm",
+            "layers.{i}.layernorm_after": "layers.{i}.mlp_norm",
+            "layers.{i}.mlp.fc1": "layers.{i}.mlp.up_proj",
+            "layers.{i}.mlp.fc2": "layers.{i}.mlp.down_proj",
+        }
+    )
+    final_rules = rename_module("layernorm", "norm")
 
     def turner_fields(self, config: ViTConfig, use_pooler: bool) -> dict[str, object]:
         default_head_dim = config.hidden_size // config.num_attention_heads
@@ -106,20 +114,6 @@ class ViTConverter(Converter):
         if not config.is_image_model:
             raise unsupported("image_size", config.image_size, TURNER, "a ViT is an image model: set image_size")
         return {"image_size": config.image_size, "patch_size": config.patch_size, "qkv_bias": True}
-
-    def backbone_rules(self, num_layers: int) -> list[Rule]:
-        return [
-            rename("embeddings.cls_token", "embeddings.cls_token"),
-            Rule(
-                ("embeddings.position_embeddings",),
-                ("embeddings.embed_positions.weight",),
-                _drop_batch_axis,
-                _add_batch_axis,
-            ),
-            *rename_module("embeddings.patch_embeddings.projection", "embeddings.patch_embed"),
-            *per_layer(num_layers, _LAYER_RULES),
-            *rename_module("layernorm", "norm"),
-        ]
 
 
 CONVERTER = ViTConverter()

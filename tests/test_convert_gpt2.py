@@ -79,11 +79,20 @@ def test_head_is_tied_exactly_when_the_source_is(tied):
 
 def test_greedy_generation_gives_the_same_tokens():
     source = GPT2LMHeadModel(gpt2_config()).eval()
+    source.generation_config.repetition_penalty = 1.3
     turner = gpt2.CONVERTER.model_to_turner(source)
+    assert turner.generation_config.repetition_penalty == 1.3
     batch = {name: tensor.flip(1) for name, tensor in masked_ids(VOCAB, 0, (6, 3)).items()}  # left padding
     settings = dict(max_new_tokens=12, do_sample=False, min_new_tokens=12)
     expected = source.generate(**batch, **settings)
     assert torch.equal(turner.generate(**batch, **settings), expected)
+
+
+def test_dtype_is_kept_both_ways():
+    source = GPT2LMHeadModel(gpt2_config()).to(torch.bfloat16)
+    turner = gpt2.CONVERTER.model_to_turner(source)
+    assert turner.dtype == torch.bfloat16
+    assert_same_state_dict(source, gpt2.CONVERTER.model_from_turner(turner, "GPT2LMHeadModel"))
 
 
 def test_sequence_classifier_gets_a_zero_bias_and_last_token_pooling():
