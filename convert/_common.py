@@ -56,6 +56,7 @@ class Rule:
     to_source: Transform = _unchanged
 
     def prefixed(self, source_prefix: str, turner_prefix: str) -> "Rule":
+        """The rule for a model whose backbone sits under these prefixes (e.g. "transformer." and "model.")."""
         return replace(
             self,
             source=tuple(source_prefix + key for key in self.source),
@@ -76,9 +77,9 @@ def rename(source: str, turner: str) -> Rule:
     return Rule((source,), (turner,))
 
 
-def rename_module(source: str, turner: str, params: Sequence[str] = ("weight", "bias")) -> list[Rule]:
-    """Every parameter of a module (a Linear, a LayerNorm, a Conv2d) under a new module name."""
-    return [rename(f"{source}.{param}", f"{turner}.{param}") for param in params]
+def rename_module(source: str, turner: str) -> list[Rule]:
+    """The weight and bias of a module (a Linear, a LayerNorm, a Conv2d) under a new module name."""
+    return [rename(f"{source}.{param}", f"{turner}.{param}") for param in ("weight", "bias")]
 
 
 def rename_modules(names: Mapping[str, str]) -> list[Rule]:
@@ -239,8 +240,12 @@ class Converter:
 
     def model_from_turner(self, model: PreTrainedModel, architecture: str) -> PreTrainedModel:
         """A loaded Turner model as the equivalent model of class `architecture` of this family."""
-        state_dict, config = self.from_turner(model.state_dict(), model.config, architecture)
         head = self.head(architecture)
+        if type(model) is not head.turner_class:
+            raise ValueError(
+                f"`model` is a {type(model).__name__}; {architecture} converts from {head.turner_class.__name__}."
+            )
+        state_dict, config = self.from_turner(model.state_dict(), model.config, architecture)
         pooler_arg = {"add_pooling_layer": model.config.use_pooler} if head.pooler is None else {}
         return _filled(head.source_class(config, **pooler_arg), state_dict, model)
 
@@ -278,8 +283,9 @@ class Converter:
 
 
 def _filled(target: PreTrainedModel, state_dict: StateDict, source: PreTrainedModel) -> PreTrainedModel:
-    """`target` holding `state_dict`, in `source`'s dtype and train/eval mode, with its generation config."""
-    target.to(source.dtype)
+    """`target` holding `state_dict`, on `source`'s device, in its dtype and train/eval mode, with its generation
+    config."""
+    target.to(device=source.device, dtype=source.dtype)
     target.load_state_dict(state_dict, strict=True)
     if source.can_generate() and target.can_generate():
         target.generation_config = copy.deepcopy(source.generation_config)

@@ -38,8 +38,8 @@ _OUTPUT_NAMES = ("logits", "last_hidden_state", "pooler_output")
 class Outcome:
     """What one conversion did, for the summary the CLI prints."""
 
-    source_class: str
-    target_class: str
+    from_class: str  # the class loaded from SRC
+    to_class: str  # the class written to OUT
     tensors_in: int
     tensors_out: int
     parameters: int
@@ -52,14 +52,14 @@ class Outcome:
     def lines(self, src: str, out: str) -> list[str]:
         dtype = str(self.dtype).removeprefix("torch.")
         lines = [
-            f"{self.source_class} ({src}) -> {self.target_class} ({out})",
+            f"{self.from_class} ({src}) -> {self.to_class} ({out})",
             f"  tensors: {self.tensors_in} in, {self.tensors_out} out; {self.parameters:,} parameters in {dtype}",
             f"  one random input through both: max |difference| = {self.max_difference:.3g} "
             f"({', '.join(self.compared)})",
             f"  copied from SRC: {', '.join(self.copied) or 'nothing (no tokenizer or image processor in SRC)'}",
         ]
         if self.unused:
-            lines.append(f"  left in SRC, unused by {self.source_class}: {', '.join(self.unused)}")
+            lines.append(f"  left in SRC, unused by {self.from_class}: {', '.join(self.unused)}")
         return lines
 
 
@@ -95,8 +95,8 @@ def convert_checkpoint(
     target.save_pretrained(out)
     loaded = turner if reverse else source
     return Outcome(
-        source_class=type(loaded).__name__,
-        target_class=type(target).__name__,
+        from_class=type(loaded).__name__,
+        to_class=type(target).__name__,
         tensors_in=len(loaded.state_dict()),
         tensors_out=len(target.state_dict()),
         parameters=target.num_parameters(),

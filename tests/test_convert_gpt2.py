@@ -161,6 +161,8 @@ def test_bad_arguments_are_named():
         gpt2.to_turner(state, turner_text_config(), "GPT2Model")
     with pytest.raises(ValueError, match=r"no counterpart: \['extra.weight'\]"):
         gpt2.to_turner({**state, "extra.weight": torch.zeros(1)}, source.config, "GPT2Model")
+    with pytest.raises(ValueError, match=r"`model` is a TurnerModel; GPT2LMHeadModel converts from TurnerForCausalLM"):
+        gpt2.CONVERTER.model_from_turner(gpt2.CONVERTER.model_to_turner(source), "GPT2LMHeadModel")
     del state["ln_f.bias"]
     with pytest.raises(ValueError, match=r"lacks \['ln_f.bias'\]"):
         gpt2.to_turner(state, source.config, "GPT2Model")
