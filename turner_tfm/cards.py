@@ -109,6 +109,7 @@ def render_model_card(
         "labels": ", ".join(f"`{label}`" for label in (config.id2label or {}).values()),
         "example_input": example_input.replace("\\", "\\\\").replace('"', '\\"'),
         "paper": PAPER,
+        "max_new_tokens": min(80, config.max_position_embeddings // 2),
     }
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{string.Template(body).substitute(slots)}")
 

@@ -1,0 +1,466 @@
+"""What the example scripts share once their arguments are checked: the built-in corpora (text that ships with Python),
+tokenizers trained on the spot, datasets, `TrainingArguments` from the common flags, and saving a model with its
+tokenizer or image processor and a filled model card.
+"""
+
+import argparse
+import ast
+import importlib
+import inspect
+import math
+import os
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+from _cli import UsageError
+from datasets import Dataset
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+    pipeline,
+    set_seed,
+)
+
+from turner_tfm.cards import write_model_card
+
+# Pure-Python standard-library modules whose docstrings and code make the default corpora: present in every
+# CPython install (3.10+), readable English and Python, about half a megabyte of docstrings.
+STDLIB_MODULES = (
+    "argparse", "ast", "base64", "bisect", "calendar", "cmd", "codecs", "collections", "colorsys", "configparser",
+    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "doctest", "email.message", "enum",
+    "fnmatch", "fractions", "ftplib", "functools", "gettext", "glob", "graphlib", "gzip", "heapq", "html.parser",
+    "http.client", "http.cookiejar", "inspect", "ipaddress", "itertools", "json", "locale", "logging", "mailbox",
+    "netrc", "numbers", "operator", "optparse", "pathlib", "pickle", "plistlib", "pprint", "pydoc", "queue", "random",
+    "re", "sched", "selectors", "shlex", "shutil", "smtplib", "statistics", "string", "subprocess", "tarfile",
+    "tempfile", "textwrap", "threading", "timeit", "tokenize", "traceback", "types", "typing", "unittest.case",
+    "urllib.parse", "warnings", "wave", "weakref", "xml.dom.minidom", "zipfile",
+)  # fmt: skip
+STDLIB_DOCS_NAME = "Python standard-library docstrings"
+STDLIB_DOCS_ID = "python-stdlib-docstrings"
+STDLIB_CODE_NAME = "Python standard-library source code (docstrings removed)"
+STDLIB_CODE_ID = "python-stdlib-code"
+SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "<eos>"}
+
+
+def _stdlib_modules() -> list:
+    return [importlib.import_module(name) for name in STDLIB_MODULES]
+
+
+def stdlib_docstrings() -> str:
+    """The default text corpus: every public docstring of `STDLIB_MODULES`, once each, in a fixed order."""
+    return "\n\n".join(_stdlib_docstring_list())
+
+
+def _stdlib_docstring_list() -> list[str]:
+    seen: set[str] = set()
+    docs: list[str] = []
+
+    def add(obj: object) -> None:
+        doc = inspect.getdoc(obj)
+        if doc and len(doc) > 40 and doc not in seen:
+            seen.add(doc)
+            docs.append(doc)
+
+    for module in _stdlib_modules():
+        add(module)
+        for name, obj in sorted(vars(module).items()):
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            add(obj)
+            if inspect.isclass(obj):
+                for method_name, method in sorted(vars(obj).items()):
+                    if not method_name.startswith("_"):
+                        add(method)
+    return docs
+
+
+def stdlib_code() -> str:
+    """The source of `STDLIB_MODULES` with docstrings and comments removed: Python code only."""
+    sources = []
+    for module in _stdlib_modules():
+        if not str(getattr(module, "__file__", "")).endswith(".py"):
+            continue  # built into the interpreter: no source
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and _is_docstring(body[0]):
+                node.body = body[1:] or [ast.Pass()]
+        sources.append(ast.unparse(tree))
+    return "\n\n".join(sources)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def code_or_prose(examples_per_class: int, seed: int) -> tuple[list[str], list[str]]:
+    """The default text-classification task: is a line Python code or English prose? Prose lines are the first lines
+    of stdlib docstrings, code lines come from the same modules' code. Returns (texts, labels), shuffled."""
+    summaries = {doc.split("\n", 1)[0] for doc in _stdlib_docstring_list()}
+    prose = sorted(line for line in summaries if line[:1].isupper() and line.endswith(".") and " " in line)
+    code = sorted({line.strip() for line in stdlib_code().splitlines()})
+    rng = random.Random(seed)
+    rows = []
+    for label, lines in (("prose", prose), ("code", code)):
+        lines = [line for line in lines if 20 <= len(line) <= 100]
+        rows += [(text, label) for text in rng.sample(lines, min(examples_per_class, len(lines)))]
+    rng.shuffle(rows)
+    return [text for text, _ in rows], [label for _, label in rows]
+
+
+def split_text(text: str, validation_percentage: float) -> tuple[str, str]:
+    """Hold out the last `validation_percentage` % of `text` (cut at a line break) for evaluation."""
+    cut = text.rfind("\n", 0, int(len(text) * (1 - validation_percentage / 100)))
+    cut = cut if cut > 0 else int(len(text) * (1 - validation_percentage / 100))
+    return text[:cut], text[cut:]
+
+
+def char_tokenizer(texts: Iterable[str], model_max_length: int) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: one token per character seen in `texts`, plus <pad>, <unk> and <eos>.
+
+    Built with the `tokenizers` library (a word-level model over single characters), so it is a real
+    `PreTrainedTokenizerFast`: it saves to tokenizer.json and loads back with `AutoTokenizer`.
+    """
+    chars = sorted(set().union(*(set(text) for text in texts)))
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS.values(), *chars])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=SPECIAL_TOKENS["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(".|\n"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return _wrap(backend, model_max_length)
+
+
+def bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer with `vocab_size` tokens, trained on `texts` here (GPT-2's scheme, no download)."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    return _wrap(backend, model_max_length)
+
+
+def _wrap(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        **SPECIAL_TOKENS,
+    )
+
+
+def token_blocks(tokenizer: PreTrainedTokenizerFast, text: str, block_size: int, what: str) -> Dataset:
+    """`text` as consecutive blocks of `block_size` tokens (the remainder is dropped), labels = inputs."""
+    ids = [
+        i for encoding in tokenizer.backend_tokenizer.encode_batch(text.splitlines(keepends=True)) for i in encoding.ids
+    ]
+    count = len(ids) // block_size
+    if count == 0:
+        raise UsageError(
+            f"argument --block-size: {block_size} is not valid: the {what} text has only {len(ids)} tokens; "
+            "use a smaller --block-size or more text"
+        )
+    blocks = [ids[i * block_size : (i + 1) * block_size] for i in range(count)]
+    return Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+
+
+def scratch_config(args: argparse.Namespace) -> dict:
+    """The `TurnerConfig` fields that `_cli.add_model_arguments` exposes, from the parsed flags."""
+    names = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_dropout")
+    names += ("attention_dropout", "position_embedding_type")
+    return {name: getattr(args, name) for name in names}
+
+
+def training_arguments(args: argparse.Namespace, **overrides: object) -> TrainingArguments:
+    """`TrainingArguments` from the flags of `_cli.add_training_arguments`; `overrides` win."""
+    kwargs = dict(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        num_train_epochs=args.num_train_epochs,
+        learning_rate=args.learning_rate,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        per_device_eval_batch_size=args.per_device_eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay,
+        lr_scheduler_type=args.lr_scheduler_type,
+        logging_steps=args.logging_steps,
+        logging_first_step=True,
+        eval_strategy="steps" if args.eval_steps else "no",
+        eval_steps=args.eval_steps,
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
+        seed=args.seed,
+        report_to=args.report_to,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=args.use_cpu or distributed_without_gpu(),
+        ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
+    )
+    kwargs.update(overrides)
+    return TrainingArguments(**kwargs)
+
+
+def is_main_process() -> bool:
+    """False in every process but the first under a multi-process launcher; for messages printed once."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def distributed_without_gpu() -> bool:
+    """True under a multi-process launcher (torchrun, `accelerate launch`) on a machine without CUDA: the processes
+    then train on the CPU and talk through gloo."""
+    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def loss_curve(trainer: Trainer) -> list[tuple[int, float]]:
+    """(step, training loss) for every logged step."""
+    return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+
+
+def print_loss_curve(trainer: Trainer, points: int = 8) -> None:
+    """One line that shows the training loss falling, from the first logged step to the last."""
+    curve = loss_curve(trainer)
+    if not curve or not trainer.is_world_process_zero():
+        return
+    picks = sorted({round(i * (len(curve) - 1) / max(points - 1, 1)) for i in range(points)})
+    print("training loss: " + " -> ".join(f"{curve[i][1]:.2f} (step {curve[i][0]})" for i in picks))
+
+
+def count_parameters(model: PreTrainedModel) -> int:
+    """Distinct trainable and frozen parameters (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def run_summary(trainer: Trainer, train_runtime: float) -> dict[str, object]:
+    """How the model was trained, as rows of the model card's training table."""
+    args, state = trainer.args, trainer.state
+    device = "CPU" if args.device.type == "cpu" else torch.cuda.get_device_name(args.device)
+    curve = loss_curve(trainer)
+    optimizer, schedule = (getattr(v, "value", v) for v in (args.optim, args.lr_scheduler_type))
+    return {
+        "optimiser steps": state.global_step,
+        "epochs": f"{state.epoch:.2f}",
+        "batch size": f"{args.per_device_train_batch_size} per process x {args.world_size} process(es) x "
+        f"{args.gradient_accumulation_steps} accumulation",
+        "learning rate": f"{args.learning_rate:g}, {schedule} schedule, warm-up {args.warmup_steps:g}",
+        "optimiser": f"{optimizer}, weight decay {args.weight_decay:g}",
+        "hardware": f"{args.world_size} x {device} ({torch.get_num_threads()} threads per process)",
+        "parallelism": parallelism(trainer),
+        "training time": f"{train_runtime:.0f} s",
+        "final training loss": f"{curve[-1][1]:.4f}" if curve else "n/a",
+        "seed": args.seed,
+    }
+
+
+def parallelism(trainer: Trainer) -> str:
+    """How the processes shared the work: FSDP, DeepSpeed, DDP, or none."""
+    if trainer.is_fsdp_enabled:
+        return f"FSDP{trainer.accelerator.state.fsdp_plugin.fsdp_version} over {trainer.args.world_size} processes"
+    if trainer.is_deepspeed_enabled:
+        return f"DeepSpeed over {trainer.args.world_size} processes"
+    if trainer.args.world_size > 1:
+        return f"DDP over {trainer.args.world_size} processes ({torch.distributed.get_backend()})"
+    return "none (1 process)"
+
+
+def accuracy(eval_prediction: tuple) -> dict[str, float]:
+    """`compute_metrics` for the classifiers: the fraction of argmax predictions equal to the label."""
+    logits, labels = eval_prediction
+    return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
+
+
+def check_sample_length(args: argparse.Namespace, tokenizer: PreTrainedTokenizerFast, config: object) -> None:
+    """Before training: the prompt plus --max-new-tokens must fit the model's learned positions."""
+    if config.position_embedding_type != "learned":
+        return
+    prompt_length = len(tokenizer(args.prompt)["input_ids"])
+    room = config.max_position_embeddings - prompt_length
+    if args.max_new_tokens > room:
+        raise UsageError(
+            f"argument --max-new-tokens: {args.max_new_tokens} is not valid: the model has "
+            f"{config.max_position_embeddings} positions and the prompt takes {prompt_length}; use at most {room}"
+        )
+
+
+def generate_sample(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompt: str, max_new_tokens: int, seed: int
+) -> str:
+    """Text from `pipeline("text-generation")`: `prompt` continued by top-10 sampling."""
+    set_seed(seed)
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    return generator(prompt, max_new_tokens=max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
+
+
+def save_with_card(
+    trainer: Trainer,
+    *,
+    task: str,
+    results: dict[str, float],
+    train_runtime: float,
+    notes: dict[str, object] | None = None,
+    **card: object,
+) -> None:
+    """Save model, code, tokenizer or processor (the Trainer's `processing_class`) and a filled model card; `notes`
+    are extra rows of the card's training table, `card` goes to `write_model_card`.
+
+    Every process must call it (saving a sharded model is collective); only the main process writes the card.
+    """
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    if not trainer.is_world_process_zero():
+        return
+    model = trainer.model
+    card_path = write_model_card(
+        output_dir,
+        model.config,
+        task=task,
+        model_id=output_dir,
+        results=results,
+        training={**run_summary(trainer, train_runtime), **(notes or {})},
+        num_parameters=count_parameters(model),
+        **card,
+    )
+    files = sorted(p.name for p in Path(output_dir).iterdir() if p.is_file())
+    print(f"saved to {output_dir}/: {', '.join(files)}")
+    print(f"model card: {card_path}")
+
+
+def perplexity(eval_loss: float) -> float:
+    """exp(mean cross-entropy per token)."""
+    return math.exp(eval_loss)
+
+
+def load_text_corpus(args: argparse.Namespace, default: str = "docstrings") -> tuple[str, str, str]:
+    """The text named by `_cli.add_text_data_arguments`: (text, readable name, dataset id for the card).
+
+    `default` picks the built-in corpus: "docstrings" (`stdlib_docstrings`) or "code" (`stdlib_code`).
+    """
+    if args.train_file is not None:
+        try:
+            text = args.train_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(
+                f"argument --train-file: {str(args.train_file)!r} is not valid: not UTF-8 text ({error})"
+            ) from None
+        name = args.train_file.stem
+    elif args.dataset_name is not None:
+        from datasets import load_dataset
+
+        dataset = load_dataset(args.dataset_name, args.dataset_config_name, split=args.dataset_split)
+        if args.text_column not in dataset.column_names:
+            raise UsageError(
+                f"argument --text-column: {args.text_column!r} is not valid: the dataset's columns are "
+                f"{dataset.column_names}"
+            )
+        text = "\n\n".join(str(row) for row in dataset[args.text_column])
+        name = args.dataset_name.rstrip("/").split("/")[-1] if Path(args.dataset_name).exists() else args.dataset_name
+    elif default == "code":
+        return stdlib_code(), STDLIB_CODE_NAME, STDLIB_CODE_ID
+    else:
+        return stdlib_docstrings(), STDLIB_DOCS_NAME, STDLIB_DOCS_ID
+    if not text.strip():
+        raise UsageError("the training text is empty: pass a --train-file or --dataset-name with text in it")
+    return text, name, name
+
+
+def causal_lm_trainer(
+    args: argparse.Namespace,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    train_text: str,
+    eval_text: str,
+    **training_overrides: object,
+) -> Trainer:
+    """A `Trainer` for next-token prediction on `train_text`, evaluated on `eval_text`, in blocks of --block-size."""
+    return Trainer(
+        model=model,
+        args=training_arguments(args, **training_overrides),
+        train_dataset=token_blocks(tokenizer, train_text, args.block_size, "training"),
+        eval_dataset=token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+    )
+
+
+def finish_causal_lm(
+    trainer: Trainer, args: argparse.Namespace, train_runtime: float, **card: object
+) -> dict[str, float]:
+    """After training: show the loss curve, measure held-out loss and perplexity, print a pipeline sample, save the
+    model, tokenizer and card (`card`: `dataset_name`, `dataset_id`, `base_model`, `notes`; see `save_with_card`)."""
+    print_loss_curve(trainer)
+    eval_loss = trainer.evaluate()["eval_loss"]
+    results = {"eval_loss": eval_loss, "perplexity": perplexity(eval_loss)}
+    if trainer.is_world_process_zero():
+        print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
+        sample = generate_sample(trainer.model, trainer.processing_class, args.prompt, args.max_new_tokens, args.seed)
+        print(f"\nsample from pipeline('text-generation'):\n{sample}\n")
+    save_with_card(
+        trainer,
+        task="text-generation",
+        results=results,
+        train_runtime=train_runtime,
+        example_input=args.prompt,
+        **card,
+    )
+    return results
+
+
+def labelled_dataset(column: str, values: list, labels: list[str], names: list[str] | None = None) -> Dataset:
+    """A `Dataset` with `column` ("text": strings, or "image": PIL images or file paths) and a `label` column of
+    class ids; `names` (default: the sorted labels) fixes the order of the classes, and a label outside it is an
+    error."""
+    from datasets import ClassLabel, Features, Image, Value
+
+    names = names if names is not None else sorted(set(labels))
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise UsageError(f"the test data has labels the training data lacks: {unknown[:5]}; known labels: {names}")
+    feature = Value("string") if column == "text" else Image()
+    features = Features({column: feature, "label": ClassLabel(names=names)})
+    return Dataset.from_dict({column: values, "label": [names.index(label) for label in labels]}, features=features)
+
+
+def split_train_test(dataset: Dataset, test_percentage: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A stratified random split (each class keeps its share in both parts)."""
+    parts = dataset.train_test_split(test_size=test_percentage / 100, seed=seed, stratify_by_column="label")
+    return parts["train"], parts["test"]
+
+
+def label_maps(dataset: Dataset) -> dict[str, dict]:
+    """`id2label` and `label2id` for a config, from the dataset's `label` column."""
+    names = dataset.features["label"].names
+    return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+
+
+def finish_classifier(
+    trainer: Trainer, *, task: str, examples: list, train_runtime: float, **card: object
+) -> dict[str, float]:
+    """After training: test accuracy, `pipeline(task)` on a few `examples`, then save model, processor and card."""
+    print_loss_curve(trainer)
+    metrics = trainer.evaluate()
+    results = {"accuracy": metrics["eval_accuracy"]}
+    if trainer.is_world_process_zero():
+        print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")
+        processor = {"image_processor" if task == "image-classification" else "tokenizer": trainer.processing_class}
+        classify = pipeline(task, model=trainer.model, **processor)
+        print(f"\npipeline('{task}'):")
+        for example, predictions in zip(examples, classify(examples, top_k=1), strict=True):
+            shown = repr(example) if isinstance(example, str) else f"<image {example.size[0]}x{example.size[1]}>"
+            print(f"  {shown} -> {predictions[0]['label']} ({predictions[0]['score']:.2f})")
+        print()
+    save_with_card(trainer, task=task, results=results, train_runtime=train_runtime, **card)
+    return results
