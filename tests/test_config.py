@@ -73,6 +73,13 @@ def test_save_and_load_round_trip(tmp_path):
         ("pad_token_id", 99, "token id in [0, 99)"),
         ("eos_token_id", [2, -1], "token id in [0, 99)"),
         ("use_pooler", True, "classifier_pooling='cls'"),
+        ("classifier_dropout", 1.0, "probability"),
+        ("normalization", "groupnorm", "layernorm"),
+        ("mlp_hidden_layers", 3, "[1, 2]"),
+        ("mlp_hidden_layers", True, "[1, 2]"),
+        ("position_embedding_combine", "multiply", "add"),
+        ("position_embedding_size", 8, "leave it None with position_embedding_combine='add'"),
+        ("rope_theta", 0.0, "positive number"),
     ],
 )
 def test_invalid_text_values_name_the_field_the_value_and_what_is_allowed(field, value, allowed):
@@ -91,6 +98,7 @@ def test_invalid_text_values_name_the_field_the_value_and_what_is_allowed(field,
         ("num_channels", 0, "positive integer"),
         ("max_position_embeddings", 64, "17 positions"),
         ("type_vocab_size", 2, "no token types"),
+        ("embedding_layer_norm", True, "no embedding norm"),
     ],
 )
 def test_invalid_image_values_are_rejected(field, value, allowed):
@@ -98,3 +106,32 @@ def test_invalid_image_values_are_rejected(field, value, allowed):
         image_config(**{field: value})
     assert f"`{field}`={value!r}" in str(error.value)
     assert allowed in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "allowed"),
+    [
+        ({"position_embedding_type": "rotary", "hidden_size": 36, "head_dim": 9}, "head_dim", "even head_dim"),
+        (
+            {"position_embedding_type": "rotary", "position_embedding_combine": "concat"},
+            "position_embedding_combine",
+            "adds no vector",
+        ),
+        (
+            {"position_embedding_combine": "concat", "tie_word_embeddings": False, "position_embedding_size": 32},
+            "position_embedding_size",
+            "below hidden_size=32",
+        ),
+        ({"position_embedding_combine": "concat"}, "tie_word_embeddings", "tie_word_embeddings=False"),
+    ],
+)
+def test_contradictory_switches_are_rejected(overrides, field, allowed):
+    with pytest.raises(ValueError) as error:
+        text_config(**overrides)
+    assert f"`{field}`" in str(error.value) and allowed in str(error.value)
+
+
+def test_concatenated_positions_default_to_a_quarter_of_the_width():
+    config = text_config(position_embedding_combine="concat", tie_word_embeddings=False)
+    assert config.position_embedding_size == 8
+    assert config.token_embedding_size == 24

@@ -285,3 +285,27 @@ def test_backbone_checkpoint_in_a_head_keeps_the_backbone_exact(tmp_path):
     head = TurnerForCausalLM.from_pretrained(tmp_path)
     for name, tensor in backbone.state_dict().items():
         assert torch.equal(head.model.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize(
+    ("overrides", "token_type_ids", "hint"),
+    [
+        ({}, torch.ones(2, 5, dtype=torch.long), "type_vocab_size=0"),
+        ({"type_vocab_size": 2}, torch.full((2, 5), 2), "[0, 2)"),
+        ({"type_vocab_size": 2}, torch.zeros(2, 4, dtype=torch.long), "(2, 5)"),
+    ],
+)
+def test_bad_token_type_ids_get_a_value_error(overrides, token_type_ids, hint):
+    model = TurnerModel(text_config(**overrides))
+    with pytest.raises(ValueError) as error:
+        model(random_ids(2, 5), token_type_ids=token_type_ids)
+    assert "`token_type_ids`" in str(error.value) and hint in str(error.value)
+
+
+def test_zero_token_types_are_accepted_without_token_type_embeddings():
+    model = TurnerModel(text_config()).eval()
+    ids = random_ids(2, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids, token_type_ids=torch.zeros_like(ids)).last_hidden_state, model(ids).last_hidden_state
+        )

@@ -10,9 +10,12 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rotary", "none")
+POSITION_EMBEDDING_COMBINES = ("add", "concat")
 CLASSIFIER_POOLINGS = ("cls", "mean", "last")
 NORM_POSITIONS = ("pre", "post")
+NORMALIZATIONS = ("layernorm", "rmsnorm", "batchnorm")
+MLP_HIDDEN_LAYERS = (1, 2)
 
 _POSITIVE_INTS = (
     "vocab_size",
@@ -25,16 +28,35 @@ _POSITIVE_INTS = (
     "image_size",
     "patch_size",
     "num_channels",
+    "position_embedding_size",
 )
-_OPTIONAL = ("head_dim", "intermediate_size", "max_position_embeddings", "image_size", "classifier_pooling")
+_OPTIONAL = (
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "image_size",
+    "classifier_pooling",
+    "position_embedding_size",
+)
 _NON_NEGATIVE_INTS = ("type_vocab_size",)
-_PROBABILITIES = ("hidden_dropout", "attention_dropout")
-_POSITIVE_FLOATS = ("layer_norm_eps", "initializer_range")
-_BOOLS = ("attention_bias", "mlp_bias", "is_causal", "tie_word_embeddings", "embedding_layer_norm", "use_pooler")
+_PROBABILITIES = ("hidden_dropout", "attention_dropout", "classifier_dropout")
+_POSITIVE_FLOATS = ("layer_norm_eps", "initializer_range", "rope_theta")
+_BOOLS = (
+    "attention_bias",
+    "mlp_bias",
+    "is_causal",
+    "tie_word_embeddings",
+    "embedding_layer_norm",
+    "use_pooler",
+    "share_query_key",
+)
 _CHOICES = {
     "position_embedding_type": POSITION_EMBEDDING_TYPES,
+    "position_embedding_combine": POSITION_EMBEDDING_COMBINES,
     "classifier_pooling": CLASSIFIER_POOLINGS,
     "norm_position": NORM_POSITIONS,
+    "normalization": NORMALIZATIONS,
+    "mlp_hidden_layers": MLP_HIDDEN_LAYERS,
 }
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
 _DEFAULT_TEXT_POSITIONS = 1024
@@ -74,6 +96,13 @@ class TurnerConfig(PreTrainedConfig):
     A config with `image_size` set describes an image model (§4.2 of the paper: patches plus a class token);
     otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1.
 
+    The paper's design choices and open questions are switches (defaults give the standard block):
+    `share_query_key` (U_q = U_k, footnote 9), `position_embedding_type` (`"learned"`, `"sinusoidal"`, `"rotary"`
+    relative positions, or `"none"`, §3), `position_embedding_combine` (`"add"` or `"concat"` with a width of
+    `position_embedding_size`, footnote 19), `normalization` (`"layernorm"` = TokenNorm, `"rmsnorm"`,
+    `"batchnorm"`, figure 5) with `norm_position` (`"pre"` or `"post"`), and `mlp_hidden_layers` (1 or 2,
+    footnote 14).
+
     Example:
 
     ```python
@@ -106,11 +135,18 @@ class TurnerConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
+    classifier_dropout: float = 0.0
     attention_bias: bool = True
     mlp_bias: bool = True
     is_causal: bool = True
     position_embedding_type: str = "learned"
+    position_embedding_combine: str = "add"
+    position_embedding_size: int | None = None
+    rope_theta: float = 10000.0
+    share_query_key: bool = False
+    normalization: str = "layernorm"
     norm_position: str = "pre"
+    mlp_hidden_layers: int = 1
     embedding_layer_norm: bool = False
     type_vocab_size: int = 0
     classifier_pooling: str | None = None
@@ -142,6 +178,13 @@ class TurnerConfig(PreTrainedConfig):
         return self.image_size is not None
 
     @property
+    def token_embedding_size(self) -> int:
+        """Width of the token (or patch) embedding: D, less the position part when positions are concatenated."""
+        if self.position_embedding_combine == "concat":
+            return self.hidden_size - self.position_embedding_size
+        return self.hidden_size
+
+    @property
     def num_patches(self) -> int:
         """N in §4.2: the number of image patches (the class token is not counted)."""
         return (self.image_size // self.patch_size) ** 2 if self.is_image_model else 0
@@ -170,7 +213,7 @@ class TurnerConfig(PreTrainedConfig):
                 raise _invalid(name, value, "it must be True or False")
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
-            if (value is not None or name not in _OPTIONAL) and value not in choices:
+            if (value is not None or name not in _OPTIONAL) and (value not in choices or isinstance(value, bool)):
                 raise _invalid(name, value, f"choose one of {list(choices)}")
         if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
             raise _invalid("hidden_act", self.hidden_act, f"choose one of {sorted(ACT2FN)}")
@@ -213,14 +256,53 @@ class TurnerConfig(PreTrainedConfig):
             self.max_position_embeddings = _DEFAULT_TEXT_POSITIONS
         if self.classifier_pooling is None:
             self.classifier_pooling = "cls" if self.is_image_model else ("last" if self.is_causal else "mean")
+        if self.position_embedding_combine == "concat" and self.position_embedding_size is None:
+            self.position_embedding_size = self.hidden_size // 4
 
     def _check_combinations(self) -> None:
+        self._check_position_combinations()
         if self.use_pooler and self.classifier_pooling != "cls":
             raise _invalid(
                 "use_pooler", self.use_pooler, "the pooler reads the first token; it needs classifier_pooling='cls'"
             )
         if self.is_image_model and self.type_vocab_size:
             raise _invalid("type_vocab_size", self.type_vocab_size, "an image model has no token types; use 0")
+        if self.is_image_model and self.embedding_layer_norm:
+            raise _invalid(
+                "embedding_layer_norm", self.embedding_layer_norm, "image models have no embedding norm; use False"
+            )
+
+    def _check_position_combinations(self) -> None:
+        if self.position_embedding_type == "rotary" and self.head_dim % 2:
+            raise _invalid("head_dim", self.head_dim, "rotary positions rotate pairs of features; use an even head_dim")
+        if self.position_embedding_combine == "add":
+            if self.position_embedding_size is not None:
+                raise _invalid(
+                    "position_embedding_size",
+                    self.position_embedding_size,
+                    "it sets the width of concatenated positions; leave it None with position_embedding_combine='add'",
+                )
+            return
+        if self.position_embedding_type not in ("learned", "sinusoidal"):
+            raise _invalid(
+                "position_embedding_combine",
+                self.position_embedding_combine,
+                f"position_embedding_type={self.position_embedding_type!r} adds no vector to concatenate; use "
+                "'learned' or 'sinusoidal' positions, or 'add'",
+            )
+        if self.position_embedding_size >= self.hidden_size:
+            raise _invalid(
+                "position_embedding_size",
+                self.position_embedding_size,
+                f"concatenated positions must leave room for token features: below hidden_size={self.hidden_size}",
+            )
+        if self.tie_word_embeddings and not self.is_image_model:
+            raise _invalid(
+                "tie_word_embeddings",
+                self.tie_word_embeddings,
+                "with concatenated positions the token embedding is narrower than the output head; set "
+                "tie_word_embeddings=False",
+            )
 
 
 __all__ = ["TurnerConfig"]

@@ -81,6 +81,21 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
         )
 
 
+def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
+    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
+    if token_type_ids is None:
+        return
+    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
+        raise _invalid_input(
+            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
+        )
+    if config.type_vocab_size:
+        allowed = f"types must be in [0, {config.type_vocab_size})"
+    else:
+        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
+    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
+
+
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
     """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
     if attention_mask is None or attention_mask.ndim == 4:
@@ -154,12 +169,67 @@ class TurnerSinusoidalPositionEmbedding(nn.Module):
 
 
 def build_position_embedding(config: TurnerConfig) -> nn.Module | None:
-    """The §3 position encoding that is added to each token: learned, fixed sinusoids, or none."""
+    """The §3 position vector given to each token: learned or fixed sinusoids (None for rotary and none).
+
+    Its width is D when added to the token, `position_embedding_size` when concatenated to it (footnote 19).
+    """
+    concatenated = config.position_embedding_combine == "concat"
+    width = config.position_embedding_size if concatenated else config.hidden_size
     if config.position_embedding_type == "learned":
-        return nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        return nn.Embedding(config.max_position_embeddings, width)
     if config.position_embedding_type == "sinusoidal":
-        return TurnerSinusoidalPositionEmbedding(config.hidden_size)
+        return TurnerSinusoidalPositionEmbedding(width)
     return None
+
+
+def combine_positions(tokens: torch.Tensor, positions: torch.Tensor, combine: str) -> torch.Tensor:
+    """x_n + e_n, or [x_n; e_n] when positions are concatenated (§3)."""
+    positions = positions.to(tokens.dtype)
+    if combine == "add":
+        return tokens + positions
+    return torch.cat([tokens, positions.expand(*tokens.shape[:-1], -1)], dim=-1)
+
+
+class TurnerRotaryEmbedding(nn.Module):
+    """Relative positions (§3, "relative distance information between pairs of tokens"), as rotations (RoPE).
+
+    Each pair of query and key features is rotated by an angle proportional to the token's position, so the score
+    `k_n^T q_n'` depends on the positions only through n' - n. Returns the cosines and sines for `position_ids`.
+    """
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.base = config.rope_theta
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        exponent = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32) / self.head_dim
+        angles = position_ids.float().unsqueeze(-1) * self.base**-exponent
+        angles = torch.cat([angles, angles], dim=-1).unsqueeze(1)  # (batch, 1 head, N, K)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate feature i with feature i + K/2 of every head by the position's angle."""
+    first, second = states.chunk(2, dim=-1)
+    return states * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+def build_norm(config: TurnerConfig) -> nn.Module:
+    """Token normalisation (§2.3): LayerNorm (TokenNorm, the default), RMSNorm, or BatchNorm (figure 5)."""
+    if config.normalization == "rmsnorm":
+        return nn.RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
+    if config.normalization == "batchnorm":
+        return TurnerBatchNorm(config.hidden_size, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+
+class TurnerBatchNorm(nn.BatchNorm1d):
+    """BatchNorm over the batch and the tokens together, per feature (figure 5, right): statistics are shared
+    across sequences, so padding tokens count towards them while training."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return super().forward(hidden_states.reshape(-1, hidden_states.shape[-1])).reshape(hidden_states.shape)
 
 
 class TurnerEmbeddings(nn.Module):
@@ -167,12 +237,13 @@ class TurnerEmbeddings(nn.Module):
 
     def __init__(self, config: TurnerConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.combine = config.position_embedding_combine
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.token_embedding_size)
         self.embed_positions = build_position_embedding(config)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         )
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.embedding_layer_norm else None
+        self.norm = build_norm(config) if config.embedding_layer_norm else None
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(
@@ -183,7 +254,7 @@ class TurnerEmbeddings(nn.Module):
     ) -> torch.Tensor:
         hidden_states = inputs_embeds
         if self.embed_positions is not None:
-            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+            hidden_states = combine_positions(hidden_states, self.embed_positions(position_ids), self.combine)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(position_ids)
@@ -204,10 +275,12 @@ class TurnerPatchEmbeddings(nn.Module):
         self.image_size = config.image_size
         self.patch_size = config.patch_size
         self.num_channels = config.num_channels
+        self.combine = config.position_embedding_combine
+        width = config.token_embedding_size
         self.patch_embed = nn.Conv2d(
-            config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
+            config.num_channels, width, kernel_size=config.patch_size, stride=config.patch_size
         )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
         self.embed_positions = build_position_embedding(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
@@ -219,9 +292,8 @@ class TurnerPatchEmbeddings(nn.Module):
         cls_tokens = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)
         hidden_states = torch.cat([cls_tokens, patches], dim=1)
         if self.embed_positions is not None:
-            hidden_states = hidden_states + self._positions(hidden_states, patch_grid.shape[-2:]).to(
-                hidden_states.dtype
-            )
+            positions = self._positions(hidden_states, patch_grid.shape[-2:])
+            hidden_states = combine_positions(hidden_states, positions, self.combine)
         return self.dropout(hidden_states)
 
     def _positions(self, hidden_states: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -286,7 +358,8 @@ class TurnerAttention(nn.Module):
     """Multi-head self-attention, eq. 4-6: `sum_h V_h X A_h`.
 
     `q_proj` and `k_proj` stack the H matrices U_q,h and U_k,h (each K x D); `V_h = U_h U_v,h` (footnote 13) is
-    `v_proj` followed by `o_proj` acting on the concatenated heads.
+    `v_proj` followed by `o_proj` acting on the concatenated heads. With `share_query_key` there is no `k_proj`:
+    U_k = U_q, the symmetric attention of the paper's first construction (footnote 9).
     """
 
     def __init__(self, config: TurnerConfig, layer_idx: int):
@@ -299,7 +372,9 @@ class TurnerAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         inner_size = config.num_attention_heads * config.head_dim
         self.q_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        self.k_proj = (
+            None if config.share_query_key else nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        )
         self.v_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
 
@@ -308,13 +383,17 @@ class TurnerAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
         query = self.q_proj(hidden_states).view(heads_shape).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(heads_shape).transpose(1, 2)
+        key = query if self.k_proj is None else self.k_proj(hidden_states).view(heads_shape).transpose(1, 2)
         value = self.v_proj(hidden_states).view(heads_shape).transpose(1, 2)
+        if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
+            cos, sin = position_embeddings
+            query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
 
         if past_key_values is not None:  # §4.1 incremental property: earlier keys and values never change
             key, value = past_key_values.update(key, value, self.layer_idx)
@@ -337,16 +416,21 @@ class TurnerAttention(nn.Module):
 
 
 class TurnerMLP(nn.Module):
-    """Stage 2 (§2.2): the same MLP applied to every token's features."""
+    """Stage 2 (§2.2): the same MLP applied to every token's features, with one or two hidden layers (footnote 14)."""
 
     def __init__(self, config: TurnerConfig):
         super().__init__()
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        width, bias = config.intermediate_size, config.mlp_bias
+        self.up_proj = nn.Linear(config.hidden_size, width, bias=bias)
+        self.hidden_proj = nn.Linear(width, width, bias=bias) if config.mlp_hidden_layers == 2 else None
         self.act_fn = ACT2FN[config.hidden_act]
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(width, config.hidden_size, bias=bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.up_proj(hidden_states)))
+        hidden_states = self.act_fn(self.up_proj(hidden_states))
+        if self.hidden_proj is not None:
+            hidden_states = self.act_fn(self.hidden_proj(hidden_states))
+        return self.down_proj(hidden_states)
 
 
 class TurnerBlock(GradientCheckpointingLayer):
@@ -360,9 +444,9 @@ class TurnerBlock(GradientCheckpointingLayer):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.self_attn = TurnerAttention(config, layer_idx)
-        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn_norm = build_norm(config)
         self.mlp = TurnerMLP(config)
-        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp_norm = build_norm(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(
@@ -370,10 +454,17 @@ class TurnerBlock(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         def self_attention(x: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+            return self.self_attn(
+                x,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )[0]
 
         hidden_states = self._residual(hidden_states, self_attention, self.attn_norm)
         return self._residual(hidden_states, self.mlp, self.mlp_norm)
@@ -433,9 +524,9 @@ class TurnerModel(TurnerPreTrainedModel):
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
         self.embeddings = TurnerPatchEmbeddings(config) if config.is_image_model else TurnerEmbeddings(config)
+        self.rotary_emb = TurnerRotaryEmbedding(config) if config.position_embedding_type == "rotary" else None
         self.layers = nn.ModuleList([TurnerBlock(config, i) for i in range(config.num_hidden_layers)])
-        pre_norm = config.norm_position == "pre"
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if pre_norm else None
+        self.norm = build_norm(config) if config.norm_position == "pre" else None
         self.pooler = TurnerPooler(config) if config.use_pooler else None
         self.gradient_checkpointing = False
         self.post_init()
@@ -475,9 +566,16 @@ class TurnerModel(TurnerPreTrainedModel):
                 input_ids, inputs_embeds, position_ids, token_type_ids, past_key_values, use_cache
             )
         mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids)
+        rotations = self._rotations(hidden_states, position_ids)
 
         for block in self.layers:
-            hidden_states = block(hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs)
+            hidden_states = block(
+                hidden_states,
+                attention_mask=mask,
+                past_key_values=past_key_values,
+                position_embeddings=rotations,
+                **kwargs,
+            )
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
@@ -497,6 +595,9 @@ class TurnerModel(TurnerPreTrainedModel):
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
         check_text_inputs(self.config, input_ids, inputs_embeds)
+        check_token_type_ids(
+            self.config, token_type_ids, (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None:
@@ -522,6 +623,16 @@ class TurnerModel(TurnerPreTrainedModel):
                 "`inputs_embeds`."
             )
         return self.embeddings(pixel_values, interpolate_pos_encoding)
+
+    def _rotations(
+        self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Cosines and sines of the rotary positions, shared by every block (None without rotary positions)."""
+        if self.rotary_emb is None:
+            return None
+        if position_ids is None:  # image tokens: the class token, then the patches in raster order
+            position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device).unsqueeze(0)
+        return self.rotary_emb(position_ids, hidden_states.dtype)
 
     def _attention_mask(
         self,
@@ -662,6 +773,7 @@ class _TurnerClassifierMixin:
         self._require_modality(config, image)
         self.num_labels = config.num_labels
         self.model = TurnerModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def _classify(
@@ -671,7 +783,7 @@ class _TurnerClassifierMixin:
             pooled = outputs.pooler_output
         else:
             pooled = pool_hidden_states(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
-        return self.classifier(pooled)
+        return self.classifier(self.dropout(pooled))
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
         if labels is None:
