@@ -1,0 +1,169 @@
+"""Peak memory of Turner's attention paths (eager vs sdpa) as the sequence length N doubles (footnote 5).
+
+Footnote 5 of the paper: "the need for transformers to store and compute N x N attention arrays can be a major
+computational bottleneck". The eager path materialises the scores, the softmax and the mask as (B, H, N, N) arrays;
+`scaled_dot_product_attention` on CPU runs a blocked (flash) kernel that never holds the whole N x N array.
+
+Method. The model is a 1-block causal Turner LM backbone (`TurnerModel`, D=128, H=2 by default, batch 1). Each call
+runs under `torch.profiler.profile(profile_memory=True)`, which makes the CPU allocator report every allocation and
+free with the running total of bytes allocated since profiling started (`total_allocated` of the profiler's
+allocation events). The peak of that running total is the most memory the call held at once on top of what was live
+before it (weights and inputs excluded): exact for CPU tensors, independent of the OS allocator and of other
+processes. `inference` mode is a forward under `torch.inference_mode()`; `training` mode is forward + backward.
+
+Reported per N: the peak of each path, eager / sdpa, and the growth factor when N doubles (2 = linear, 4 = quadratic),
+with the size of one (B, H, N, N) float32 array for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
+from transformers.utils import logging as hf_logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchutils import environment, environment_markdown, markdown_table, set_threads, write_json
+
+from turner_tfm import TurnerConfig, TurnerModel
+
+MIB = 2**20
+
+
+def peak_allocated_bytes(fn: Any) -> tuple[int, float]:
+    """Peak CPU bytes held at once by allocations made while `fn()` runs, and its wall time (profiled)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        start = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - start
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    peak = 0
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            peak = max(peak, node.extra_fields.total_allocated)
+    return peak, seconds
+
+
+def build(args: argparse.Namespace, impl: str, max_len: int) -> TurnerModel:
+    config = TurnerConfig(
+        vocab_size=65,
+        hidden_size=args.features,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        max_position_embeddings=max_len,
+        attn_implementation=impl,
+    )
+    torch.manual_seed(0)
+    return TurnerModel(config)
+
+
+def measure(model: TurnerModel, x: torch.Tensor, mode: str) -> tuple[int, float]:
+    if mode == "inference":
+        model.eval()
+
+        def call() -> None:
+            with torch.inference_mode():
+                model(input_ids=x, use_cache=False)
+
+    else:
+        model.train()
+
+        def call() -> None:
+            model(input_ids=x, use_cache=False).last_hidden_state.sum().backward()
+            model.zero_grad(set_to_none=True)
+
+    call()  # warm-up: lazily created buffers and caches are not part of the peak
+    return peak_allocated_bytes(call)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", nargs="+", type=int, default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--modes", nargs="+", default=["inference", "training"], choices=["inference", "training"])
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    return parser.parse_args(argv)
+
+
+def growth(values: list[int], i: int) -> str:
+    return f"{values[i] / values[i - 1]:.2f}x" if i and values[i - 1] else ""
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    set_threads(args.threads)
+    hf_logging.set_verbosity_error()
+    env = environment()
+    lengths = sorted(args.lengths)
+    results = []
+    print(environment_markdown(env))
+    for mode in args.modes:
+        peaks: dict[str, list[int]] = {}
+        seconds: dict[str, list[float]] = {}
+        for impl in ("eager", "sdpa"):
+            model = build(args, impl, lengths[-1])
+            peaks[impl], seconds[impl] = [], []
+            for n in lengths:
+                x = torch.randint(0, 65, (args.batch, n))
+                peak, secs = measure(model, x, mode)
+                peaks[impl].append(peak)
+                seconds[impl].append(secs)
+        score_bytes = [4 * args.batch * args.heads * n * n for n in lengths]
+        exponents = {
+            impl: math.log2(values[-1] / values[-2]) if len(values) > 1 and values[-2] else None
+            for impl, values in peaks.items()
+        }
+        rows = [
+            [
+                n,
+                f"{peaks['eager'][i] / MIB:.1f}",
+                growth(peaks["eager"], i),
+                f"{peaks['sdpa'][i] / MIB:.1f}",
+                growth(peaks["sdpa"], i),
+                f"{peaks['eager'][i] / peaks['sdpa'][i]:.1f}x",
+                f"{score_bytes[i] / MIB:.1f}",
+            ]
+            for i, n in enumerate(lengths)
+        ]
+        header = ["N", "eager MiB", "eager growth", "sdpa MiB", "sdpa growth", "eager / sdpa", "one BxHxNxN fp32 MiB"]
+        print(f"\n{mode}: TurnerModel, {args.layers} block(s), D={args.features}, H={args.heads}, batch {args.batch}\n")
+        print(markdown_table(header, rows))
+        print(
+            "\nGrowth = peak(N) / peak(N/2): 2x is linear, 4x quadratic. Exponent over the last doubling: "
+            + ", ".join(f"{impl} {e:.2f}" for impl, e in exponents.items() if e is not None)
+        )
+        results.append(
+            {
+                "mode": mode,
+                "lengths": lengths,
+                "peak_bytes": peaks,
+                "seconds": seconds,
+                "scores_array_bytes": score_bytes,
+                "eager_over_sdpa": [e / s for e, s in zip(peaks["eager"], peaks["sdpa"], strict=True)],
+                "exponent_last_doubling": exponents,
+            }
+        )
+    payload = {"benchmark": "attention_memory", "environment": env, "args": vars(args) | {"json": str(args.json)}}
+    payload |= {
+        "method": "peak of torch.profiler(profile_memory=True) total_allocated during the call",
+        "results": results,
+    }
+    write_json(args.json, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

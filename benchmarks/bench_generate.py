@@ -1,0 +1,175 @@
+"""Greedy generation tokens/s of the Turner LM against GPT2LMHeadModel (and the minimal GPT's plain KV-cache loop).
+
+Model: nanoGPT's GPU-recipe model (6 layers, 6 heads, 384 features, vocabulary 65) with 512 learned positions so
+that prompt + new tokens fit. Each call is `model.generate(prompt, max_new_tokens=256, min_new_tokens=256,
+do_sample=False)`: prompt 128 tokens, batch 1 and 8, random weights (the same tokens come out for every repetition).
+Modes:
+
+* `dynamic`: the default `DynamicCache`, eager. The minimal GPT runs its own greedy loop with a concatenating cache.
+* `static`: `cache_implementation="static"`, eager (`disable_compile=True`).
+* `static-compile`: `cache_implementation="static"` with `torch.compile` of the decoding step (`CompileConfig(
+  fullgraph=True, mode="default")`, forced on CPU with `_compile_all_devices`; "reduce-overhead" is CUDA graphs).
+  Compilation happens in the warm-up and is timed separately.
+
+tokens/s = batch x new tokens / wall time of the whole `generate` call (prefill included). Turner's speed-up is the
+median of per-repetition ratios (peer time / Turner time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import CompileConfig
+from transformers.utils import logging as hf_logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchutils import (
+    environment,
+    environment_markdown,
+    fmt_ratio,
+    interleaved,
+    markdown_table,
+    paired_ratios,
+    set_threads,
+    summarize,
+    write_json,
+)
+from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
+
+MODES = ["dynamic", "static", "static-compile"]
+
+
+def compile_config() -> CompileConfig:
+    config = CompileConfig(fullgraph=True, mode="default", dynamic=False)
+    config._compile_all_devices = True  # generate() only auto-compiles on accelerators otherwise
+    return config
+
+
+def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, mode: str) -> Callable[[], Any]:
+    if not hasattr(model, "generate"):
+        return lambda: model.generate_greedy(prompt, new_tokens)
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+        "do_sample": False,
+        "pad_token_id": 0,
+    }
+    if mode == "static":
+        kwargs |= {"cache_implementation": "static", "disable_compile": True}
+    if mode == "static-compile":
+        kwargs |= {"cache_implementation": "static", "compile_config": compile_config()}
+    return lambda: model.generate(prompt, **kwargs)
+
+
+@torch.inference_mode()
+def bench(
+    shape: LMShape, mode: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, warmup: int, seed: int
+) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    models: dict[str, torch.nn.Module] = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape)}
+    if mode == "dynamic":
+        models["minimal"] = minimal_lm(shape)
+    for model in models.values():
+        model.eval()
+    prompt = torch.randint(0, shape.vocab, (batch, prompt_len))
+    fns = {key: generate_fn(model, prompt, new_tokens, mode) for key, model in models.items()}
+    first_call = {}
+    for key, fn in fns.items():  # the first call compiles in static-compile mode
+        start = time.perf_counter()
+        out = fn()
+        first_call[key] = time.perf_counter() - start
+        if out.shape != (batch, prompt_len + new_tokens):
+            raise RuntimeError(f"{key} generated shape {tuple(out.shape)}")
+    times = interleaved(fns, repeats=repeats, warmup=max(warmup - 1, 0))
+    tokens = batch * new_tokens
+    result = {
+        "mode": mode,
+        "batch": batch,
+        "prompt": prompt_len,
+        "new_tokens": new_tokens,
+        "first_call_seconds": first_call,
+        "times": {key: summarize(t) for key, t in times.items()},
+        "tokens_per_second": {key: tokens / summarize(t)["median_s"] for key, t in times.items()},
+        "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
+        "raw_seconds": times,
+    }
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", nargs="+", default=["dynamic", "static-compile"], choices=MODES)
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--heads", type=int, default=6)
+    parser.add_argument("--features", type=int, default=384)
+    parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per contender")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per contender (>= 1)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    set_threads(args.threads)
+    hf_logging.set_verbosity_error()
+    env = environment()
+    positions = max(512, args.prompt + args.new_tokens)
+    shape = LMShape(layers=args.layers, heads=args.heads, features=args.features, context=positions)
+    results = []
+    rows = []
+    for mode in args.modes:
+        for batch in args.batches:
+            try:
+                r = bench(shape, mode, batch, args.prompt, args.new_tokens, args.repeats, args.warmup, args.seed)
+            except Exception as error:  # a compile failure is a result to report, not a crash
+                results.append({"mode": mode, "batch": batch, "error": f"{type(error).__name__}: {error}"})
+                rows.append([mode, batch, "failed", "", "", "", "", ""])
+                continue
+            results.append(r)
+            tps, s = r["tokens_per_second"], r["turner_speedup"]
+            vs_min = s.get("vs_minimal")
+            rows.append(
+                [
+                    mode,
+                    batch,
+                    f"{tps['turner']:.1f}",
+                    f"{tps['gpt2']:.1f}",
+                    f"{tps['minimal']:.1f}" if "minimal" in tps else "n/a",
+                    f"{fmt_ratio(s['vs_gpt2']['median'])} [{s['vs_gpt2']['q1']:.2f}-{s['vs_gpt2']['q3']:.2f}]",
+                    f"{fmt_ratio(vs_min['median'])} [{vs_min['q1']:.2f}-{vs_min['q3']:.2f}]" if vs_min else "n/a",
+                    r["times"]["turner"]["n"],
+                ]
+            )
+    header = [
+        "cache",
+        "batch",
+        "Turner tok/s",
+        "GPT-2 tok/s",
+        "minimal tok/s",
+        "Turner vs GPT-2",
+        "Turner vs min",
+        "reps",
+    ]
+    print(environment_markdown(env))
+    print(f"\nModel: {shape.describe()}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n")
+    print(markdown_table(header, rows))
+    print("\nSpeed-up = peer time / Turner time, median of paired repetitions [interquartile range].")
+    payload = {"benchmark": "generate", "environment": env, "model": shape.describe()}
+    payload |= {"args": vars(args) | {"json": str(args.json)}, "results": results}
+    write_json(args.json, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

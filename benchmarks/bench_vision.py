@@ -1,0 +1,104 @@
+"""Forward throughput of the Turner image classifier against ViTForImageClassification at ViT-Tiny-like dims.
+
+Shape: 12 layers, 3 heads, 192 features, MLP 768, patch 16 on 224 x 224 RGB images (196 patches + a class token),
+1000 labels, batch 8, no pooler, exact GELU, LayerNorm eps 1e-12, `sdpa` attention, random weights. Each call is
+`model(pixel_values=x).logits` under `torch.inference_mode()` in eval mode.
+
+Reported: images/s of each, and Turner's speed-up (median of per-repetition ratios ViT time / Turner time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.utils import logging as hf_logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchutils import (
+    environment,
+    environment_markdown,
+    fmt_ms,
+    fmt_ratio,
+    interleaved,
+    markdown_table,
+    paired_ratios,
+    set_threads,
+    summarize,
+    write_json,
+)
+from peers import ImageShape, parameter_count, turner_image, vit_image
+
+
+@torch.inference_mode()
+def bench(shape: ImageShape, batch: int, repeats: int, warmup: int, seed: int) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    models = {"turner": turner_image(shape).eval(), "vit": vit_image(shape).eval()}
+    x = torch.randn(batch, 3, shape.image_size, shape.image_size)
+    fns = {key: (lambda m=model: m(pixel_values=x).logits) for key, model in models.items()}
+    times = interleaved(fns, repeats=repeats, warmup=warmup)
+    return {
+        "dims": shape.describe(),
+        "batch": batch,
+        "parameters": {key: parameter_count(model) for key, model in models.items()},
+        "times": {key: summarize(t) for key, t in times.items()},
+        "images_per_second": {key: batch / summarize(t)["median_s"] for key, t in times.items()},
+        "turner_speedup": {"vs_vit": paired_ratios(times["vit"], times["turner"])},
+        "raw_seconds": times,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--heads", type=int, default=3)
+    parser.add_argument("--features", type=int, default=192)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--patch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions per contender")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed repetitions per contender")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    set_threads(args.threads)
+    hf_logging.set_verbosity_error()
+    env = environment()
+    shape = ImageShape(
+        layers=args.layers,
+        heads=args.heads,
+        features=args.features,
+        image_size=args.image_size,
+        patch_size=args.patch_size,
+    )
+    r = bench(shape, args.batch, args.repeats, args.warmup, args.seed)
+    s = r["turner_speedup"]["vs_vit"]
+    rows = [
+        [
+            f"{r['dims']}, B={args.batch}",
+            f"{fmt_ms(r['times']['turner']['median_s'])} ({r['images_per_second']['turner']:.1f} img/s)",
+            f"{fmt_ms(r['times']['vit']['median_s'])} ({r['images_per_second']['vit']:.1f} img/s)",
+            f"{fmt_ratio(s['median'])} [{s['q1']:.2f}-{s['q3']:.2f}]",
+            r["times"]["turner"]["n"],
+        ]
+    ]
+    print(environment_markdown(env))
+    print()
+    print(markdown_table(["image forward", "Turner", "ViTForImageClassification", "Turner vs ViT", "reps"], rows))
+    print("\nSpeed-up = ViT time / Turner time, median of paired repetitions [interquartile range].")
+    payload = {"benchmark": "vision_forward", "environment": env, "args": vars(args) | {"json": str(args.json)}}
+    payload |= {"results": [r]}
+    write_json(args.json, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

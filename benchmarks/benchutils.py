@@ -1,0 +1,138 @@
+"""Shared helpers for the benchmark scripts: the environment header, interleaved timing, tables and JSON.
+
+Every figure the scripts report is a ratio of two medians measured in the same process, with the contenders run in
+alternation (turner, peer, turner, peer, ...) after a warm-up, so that load from other processes on a shared machine
+hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+
+def environment() -> dict[str, Any]:
+    """The machine, thread counts and library versions that a figure depends on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cuda": torch.cuda.is_available(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def environment_markdown(env: dict[str, Any]) -> str:
+    """One Markdown line describing the machine and versions."""
+    return (
+        f"Machine: {env['cpu']} ({env['logical_cpus']} logical CPUs), torch threads {env['torch_threads']}, "
+        f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}, "
+        f"CUDA {'yes' if env['cuda'] else 'no'}; {env['time']}"
+    )
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, list[float]]:
+    """Seconds per call of each function, called in alternation: `warmup` untimed rounds, then `repeats` timed ones.
+
+    The order inside a round rotates each repetition so that no contender always runs right after another.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for rep in range(repeats):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times
+
+
+def summarize(times: Sequence[float]) -> dict[str, float]:
+    """Median, spread (interquartile range) and count of a list of timings, in seconds."""
+    ordered = sorted(times)
+    quartiles = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
+    return {
+        "median_s": statistics.median(ordered),
+        "q1_s": quartiles[0],
+        "q3_s": quartiles[2],
+        "min_s": ordered[0],
+        "n": len(ordered),
+    }
+
+
+def paired_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> dict[str, float]:
+    """Median of the per-repetition ratios `numerator[i] / denominator[i]`, with its quartiles.
+
+    Pairing each repetition with its neighbour cancels slow drifts in machine load; the ratio of the medians is
+    reported next to it as a check.
+    """
+    ratios = sorted(a / b for a, b in zip(numerator, denominator, strict=True))
+    quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    return {
+        "median": statistics.median(ratios),
+        "q1": quartiles[0],
+        "q3": quartiles[2],
+        "ratio_of_medians": statistics.median(numerator) / statistics.median(denominator),
+    }
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
+    """Write `payload` as indented JSON (no-op when `path` is None)."""
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def set_threads(threads: int | None) -> None:
+    """Pin torch's intra-op thread count (None: leave torch's default)."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"

@@ -1,0 +1,111 @@
+"""Smoke test of `benchmarks/`: every script runs as a script at tiny sizes and writes JSON of the expected structure.
+
+Timings are never asserted: they are what the scripts measure, not behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+ENV_KEYS = {"cpu", "logical_cpus", "torch_threads", "torch", "transformers", "python"}
+RATIO_KEYS = {"median", "q1", "q3", "ratio_of_medians"}
+TIMES_KEYS = {"median_s", "q1_s", "q3_s", "min_s", "n"}
+
+
+def run_script(name: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Run `benchmarks/<name>` as `__main__` with `args` plus `--json`, and return the JSON it wrote."""
+    out = tmp_path / f"{name}.json"
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / name), *args, "--threads", "1", "--json", str(out)])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / name), run_name="__main__")
+    payload = json.loads(out.read_text())
+    assert set(payload["environment"]) >= ENV_KEYS
+    assert payload["environment"]["torch_threads"] == 1
+    return payload
+
+
+def check_times(times: dict[str, Any], names: set[str], repeats: int) -> None:
+    assert set(times) == names
+    for summary in times.values():
+        assert set(summary) == TIMES_KEYS
+        assert summary["n"] == repeats
+        assert summary["median_s"] > 0
+
+
+def test_train_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = run_script(
+        "bench_train.py", ["--shapes", "tiny", "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch
+    )
+    assert payload["benchmark"] == "train_step"
+    (result,) = payload["results"]
+    assert result["shape"] == "tiny"
+    check_times(result["times"], {"turner", "gpt2", "minimal"}, 2)
+    assert set(result["turner_speedup"]) == {"vs_gpt2", "vs_minimal"}
+    assert all(set(r) == RATIO_KEYS for r in result["turner_speedup"].values())
+    assert len(set(result["parameters"].values())) == 1, "the three models must have the same parameter count"
+
+
+def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--layers", "1", "--heads", "2", "--features", "32", "--prompt", "4", "--new-tokens", "3"]
+    args += ["--batches", "1", "2", "--modes", "dynamic", "static", "--repeats", "2", "--warmup", "1"]
+    payload = run_script("bench_generate.py", args, tmp_path, monkeypatch)
+    assert payload["benchmark"] == "generate"
+    assert [(r["mode"], r["batch"]) for r in payload["results"]] == [
+        ("dynamic", 1),
+        ("dynamic", 2),
+        ("static", 1),
+        ("static", 2),
+    ]
+    for result in payload["results"]:
+        assert "error" not in result, result.get("error")
+        names = {"turner", "gpt2", "minimal"} if result["mode"] == "dynamic" else {"turner", "gpt2"}
+        check_times(result["times"], names, 2)
+        assert set(result["tokens_per_second"]) == names
+        assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
+
+
+def test_vision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--layers", "1", "--heads", "2", "--features", "32", "--image-size", "32", "--patch-size", "8"]
+    payload = run_script(
+        "bench_vision.py", [*args, "--batch", "2", "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch
+    )
+    assert payload["benchmark"] == "vision_forward"
+    (result,) = payload["results"]
+    check_times(result["times"], {"turner", "vit"}, 2)
+    assert set(result["turner_speedup"]["vs_vit"]) == RATIO_KEYS
+    assert result["parameters"]["turner"] == result["parameters"]["vit"]
+
+
+def test_attention_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--lengths", "32", "64", "--features", "16", "--heads", "2"]
+    payload = run_script("bench_attention_memory.py", args, tmp_path, monkeypatch)
+    assert payload["benchmark"] == "attention_memory"
+    assert [r["mode"] for r in payload["results"]] == ["inference", "training"]
+    for result in payload["results"]:
+        assert result["lengths"] == [32, 64]
+        assert set(result["peak_bytes"]) == {"eager", "sdpa"}
+        assert all(len(v) == 2 and all(b > 0 for b in v) for v in result["peak_bytes"].values())
+
+
+def test_shakespeare_char(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = tmp_path / "tiny.txt"
+    text.write_text("To be, or not to be, that is the question:\n" * 40)
+    args = [str(text), "--steps", "3", "--batch-size", "2", "--context", "16", "--layers", "1", "--heads", "2"]
+    args += ["--features", "16", "--warmup-steps", "1", "--extra-eval-stride", "4", "--logging-steps", "1"]
+    args += ["--output-dir", str(tmp_path / "out")]
+    payload = run_script("shakespeare_char.py", args, tmp_path, monkeypatch)
+    assert payload["benchmark"] == "shakespeare_char"
+    validation_chars = payload["characters"]["validation"]
+    assert payload["validation"]["stride"] == 16
+    assert payload["validation"]["characters"] == validation_chars - 1, "every validation character after the first"
+    assert payload["validation_sliding"]["characters"] == validation_chars - 1
+    assert payload["validation"]["loss"] > 0
+    assert payload["train_seconds"] > 0
+    assert [h["step"] for h in payload["log_history"]] == [1, 2, 3]
