@@ -69,12 +69,6 @@ def run(args: argparse.Namespace) -> None:
     set_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
-    if args.block_size > model.config.max_position_embeddings:
-        raise UsageError(
-            f"argument --block-size: {args.block_size} is not valid: {args.model_name_or_path} has "
-            f"{model.config.max_position_embeddings} positions"
-        )
-    _common.check_sample_length(args, tokenizer, model.config)
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = sorted(set(args.target_modules) - names)
     if missing:
@@ -82,6 +76,12 @@ def run(args: argparse.Namespace) -> None:
             f"argument --target-modules: {missing} is not valid: the model's linear layers are "
             "q_proj, k_proj, v_proj, o_proj, up_proj, down_proj"
         )
+    if args.block_size > model.config.max_position_embeddings:
+        raise UsageError(
+            f"argument --block-size: {args.block_size} is not valid: {args.model_name_or_path} has "
+            f"{model.config.max_position_embeddings} positions"
+        )
+    _common.check_sample_length(args, tokenizer, model.config)
     text, dataset_name, dataset_id = _common.load_text_corpus(args, default="code")
     train_text, eval_text = _common.split_text(text, args.validation_split_percentage)
 

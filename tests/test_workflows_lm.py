@@ -1,0 +1,218 @@
+"""The language-model workflows, run as a user runs them (subprocesses, CPU, offline): the quickstart, training on a
+file or a `datasets` folder with a char or BPE tokenizer, continued training, LoRA then merge, and a classifier that
+starts from the trained LM."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
+
+from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
+
+SAVED_FILES = ("config.json", "configuration_turner.py", "modeling_turner.py", "model.safetensors", "README.md")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A short quickstart run: (its output folder, what it printed)."""
+    tmp_path = tmp_path_factory.mktemp("quickstart")
+    output = run_example(
+        "quickstart.py",
+        *("--output-dir", "lm", "--max-steps", "30", "--logging-steps", "5", "--learning-rate", "5e-3"),
+        *("--block-size", "64", "--max-new-tokens", "30", "--per-device-train-batch-size", "8", *TINY_MODEL),
+        tmp_path=tmp_path,
+    )
+    return tmp_path / "lm", output
+
+
+def test_quickstart_trains_prints_a_sample_and_saves_a_loadable_model(quickstart: tuple[Path, str]) -> None:
+    model_dir, output = quickstart
+    losses = training_losses(output)
+    assert losses[-1] < losses[0] - 0.5, f"the loss did not fall: {losses}"
+    assert "sample from pipeline('text-generation'):\nReturn the" in output
+    for name in (*SAVED_FILES, "tokenizer.json", "tokenizer_config.json"):
+        assert (model_dir / name).is_file(), name
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    assert tokenizer.decode(tokenizer("Return the value.")["input_ids"]) == "Return the value."
+    generator = pipeline("text-generation", model=str(model_dir))
+    text = generator("The ", max_new_tokens=10, do_sample=False)[0]["generated_text"]
+    assert text.startswith("The ") and len(text) == 14  # one character per token
+
+    card = ModelCard.load(model_dir / "README.md")
+    assert card.data.pipeline_tag == "text-generation" and card.data.library_name == "transformers"
+    results = {result.metric_type: result.metric_value for result in card.data.eval_results}
+    assert results["perplexity"] == pytest.approx(printed_number(output, "perplexity"), abs=0.01)
+    assert results["loss"] == pytest.approx(math.log(results["perplexity"]), abs=1e-3)
+    assert "trust_remote_code=True" in card.text and 'model_id = "lm"' in card.text
+
+
+def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_valid(tmp_path: Path) -> None:
+    cases = {
+        ("--max-steps", "0"): "argument --max-steps: 0 is not valid: expected an integer >= 1, or -1",
+        ("--learning-rate", "-1"): "argument --learning-rate: '-1' is not valid: expected a number > 0.0",
+        (
+            "--hidden-size",
+            "30",
+        ): "argument --hidden-size: 30 is not valid: it must be divisible by --num-attention-heads 4",
+        ("--position-embedding-type", "rope"): "argument --position-embedding-type: invalid choice: 'rope'",
+    }
+    for flags, message in cases.items():
+        output = run_example("quickstart.py", *flags, tmp_path=tmp_path, expect_failure=True)
+        assert message in output and "Traceback" not in output
+    output = run_example(
+        "quickstart.py", "--block-size", "32", "--max-new-tokens", "40", tmp_path=tmp_path, expect_failure=True
+    )
+    assert "argument --max-new-tokens: 40 is not valid: the model has 32 positions" in output
+    assert "Traceback" not in output and not (tmp_path / "turner-quickstart").exists()
+
+
+def test_every_example_answers_help_with_the_same_flag_names(tmp_path: Path) -> None:
+    common = ("--output-dir", "--max-steps", "--num-train-epochs", "--learning-rate", "--seed")
+    common += ("--per-device-train-batch-size", "--per-device-eval-batch-size", "--use-cpu", "--report-to")
+    scripts = sorted(path.name for path in EXAMPLES.glob("*.py") if not path.name.startswith("_"))
+    assert scripts == [
+        "finetune_lora.py",
+        "push_to_hub.py",
+        "quickstart.py",
+        "train_causal_lm.py",
+        "train_image_classifier.py",
+        "train_text_classifier.py",
+    ]
+    for script in scripts:
+        output = run_example(script, "--help", tmp_path=tmp_path)
+        assert output.startswith("usage: "), script
+        if script != "push_to_hub.py":
+            assert all(flag in output for flag in common), script
+
+
+def test_train_causal_lm_on_a_datasets_folder_with_a_bpe_tokenizer(tmp_path: Path) -> None:
+    data = tmp_path / "my_data"
+    data.mkdir()
+    with (data / "train.jsonl").open("w") as file:
+        for i in range(300):
+            file.write(json.dumps({"body": f"Record {i}: the quick brown fox jumps over the lazy dog {i % 7} times."}))
+            file.write("\n")
+    args = ("--dataset-name", str(data), "--text-column", "body", "--tokenizer", "bpe", "--vocab-size", "300")
+    output = run_example(
+        "train_causal_lm.py",
+        *args,
+        *("--output-dir", "bpe", "--max-steps", "20", "--logging-steps", "5", "--block-size", "32"),
+        *("--max-new-tokens", "10", "--per-device-train-batch-size", "8", *TINY_MODEL),
+        tmp_path=tmp_path,
+    )
+    losses = training_losses(output)
+    assert losses[-1] < losses[0]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "bpe")
+    assert 256 < len(tokenizer) <= 300  # bytes + specials + merges learned here
+    assert len(tokenizer("the quick brown fox")["input_ids"]) < len("the quick brown fox") / 2
+    card = ModelCard.load(tmp_path / "bpe" / "README.md")
+    assert card.data.datasets == ["my_data"]
+
+    output = run_example(
+        "train_causal_lm.py",
+        "--dataset-name",
+        str(data),
+        "--text-column",
+        "text",
+        tmp_path=tmp_path,
+        expect_failure=True,
+    )
+    assert "argument --text-column: 'text' is not valid: the dataset's columns are ['body']" in output
+
+
+def test_train_causal_lm_continues_a_saved_model_on_a_text_file(quickstart: tuple[Path, str], tmp_path: Path) -> None:
+    text_file = tmp_path / "zen.txt"
+    text_file.write_text("Beautiful is better than ugly.\nExplicit is better than implicit.\n" * 40)
+    output = run_example(
+        "train_causal_lm.py",
+        *("--model-name-or-path", str(quickstart[0]), "--train-file", str(text_file), "--output-dir", "zen"),
+        *("--max-steps", "10", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+        tmp_path=tmp_path,
+    )
+    assert "text: zen" in output
+    card = ModelCard.load(tmp_path / "zen" / "README.md")
+    assert card.data.base_model == str(quickstart[0]) and "fine-tuned from" in card.text
+
+    output = run_example(
+        "train_causal_lm.py", "--model-name-or-path", "no-such-folder", tmp_path=tmp_path, expect_failure=True
+    )
+    assert "argument --model-name-or-path: 'no-such-folder' is not valid: no saved model folder" in output
+
+
+def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
+    quickstart: tuple[Path, str], tmp_path: Path
+) -> None:
+    from peft import PeftModel
+
+    code = "\n".join(path.read_text() for path in sorted(EXAMPLES.glob("*.py")))
+    (tmp_path / "code.txt").write_text(code)
+    output = run_example(
+        "finetune_lora.py",
+        *("--model-name-or-path", str(quickstart[0]), "--train-file", "code.txt", "--output-dir", "lora"),
+        *("--max-steps", "15", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+        tmp_path=tmp_path,
+    )
+    trainable = printed_number(output, "trainable%:")
+    assert 0 < trainable < 10
+    assert "merged model matches the adapter model" in output
+    adapter_config = json.loads((tmp_path / "lora" / "adapter" / "adapter_config.json").read_text())
+    assert sorted(adapter_config["target_modules"]) == ["q_proj", "v_proj"]
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "lora")
+    inputs = tokenizer(["def main(argv):", "return parser"], return_tensors="pt", padding=True)
+    base = AutoModelForCausalLM.from_pretrained(quickstart[0]).eval()
+    with torch.no_grad():
+        base_logits = base(**inputs).logits
+        adapter_model = PeftModel.from_pretrained(base, tmp_path / "lora" / "adapter").eval()
+        adapter_logits = adapter_model(**inputs).logits
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora").eval()
+        merged_logits = merged(**inputs).logits
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    assert (adapter_logits - base_logits).abs().max() > 1e-4  # the adapter learned something
+    torch.testing.assert_close(merged_logits, adapter_logits, atol=1e-4, rtol=1e-4)
+
+    output = run_example(
+        "finetune_lora.py",
+        *("--model-name-or-path", str(quickstart[0]), "--target-modules", "c_attn", "--block-size", "64"),
+        tmp_path=tmp_path,
+        expect_failure=True,
+    )
+    assert "argument --target-modules: ['c_attn'] is not valid" in output
+
+
+def test_text_classifier_fine_tunes_the_language_model_on_a_csv(quickstart: tuple[Path, str], tmp_path: Path) -> None:
+    with (tmp_path / "moods.csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["sentence", "mood"])
+        for i in range(60):
+            writer.writerow([f"What a lovely, happy day number {i}!", "happy"])
+            writer.writerow([f"Error {i}: the build failed again.", "sad"])
+    output = run_example(
+        "train_text_classifier.py",
+        *("--train-file", "moods.csv", "--text-column", "sentence", "--label-column", "mood"),
+        *("--model-name-or-path", str(quickstart[0]), "--output-dir", "moods", "--num-train-epochs", "3"),
+        *("--logging-steps", "5", "--per-device-train-batch-size", "8"),
+        tmp_path=tmp_path,
+    )
+    accuracy = printed_number(output, "test accuracy:")
+    assert accuracy >= 0.9, output[-2000:]
+    classifier = pipeline("text-classification", model=str(tmp_path / "moods"))
+    assert classifier("Error 999: the build failed again.")[0]["label"] == "sad"
+    card = ModelCard.load(tmp_path / "moods" / "README.md")
+    assert card.data.pipeline_tag == "text-classification"
+    assert card.data.eval_results[0].metric_value == pytest.approx(accuracy, abs=1e-4)
+
+    output = run_example(
+        "train_text_classifier.py",
+        *("--train-file", "moods.csv", "--text-column", "sentence"),
+        tmp_path=tmp_path,
+        expect_failure=True,
+    )
+    assert "argument --label-column: 'label' is not valid" in output and "['sentence', 'mood']" in output
