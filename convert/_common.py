@@ -153,6 +153,16 @@ class Head:
     check_source: Callable[[PreTrainedConfig], None] | None = None
 
 
+# The paper's research switches at the values GPT-2, ViT and BERT all share (a family's own table may override).
+STANDARD_BLOCK = {
+    "position_embedding_type": "learned",
+    "position_embedding_combine": "add",
+    "share_query_key": False,
+    "normalization": "layernorm",
+    "mlp_hidden_layers": 1,
+}
+
+
 class Converter:
     """Weight maps between one foreign family and Turner; subclasses fill in the family's tables."""
 
@@ -262,7 +272,7 @@ class Converter:
 
     def _check_turner(self, config: TurnerConfig, head: Head) -> None:
         where = f"{TURNER} (to {head.source_class.__name__})"
-        require(config, {"position_embedding_type": "learned", **self.turner_required, **head.turner_options}, where)
+        require(config, {**STANDARD_BLOCK, **self.turner_required, **head.turner_options}, where)
         if head.pooler is not None and config.use_pooler != head.pooler:
             raise unsupported(
                 "use_pooler", config.use_pooler, where, f"{head.source_class.__name__} needs {head.pooler}"

@@ -6,13 +6,11 @@ dense layer and tanh on the first token, and the sequence classifier reads the p
 built on `BertModel` (the MiniLM family) convert like any `BertModel`.
 
 Refused (no Turner counterpart): `is_decoder=True`, `add_cross_attention=True`, a `position_embedding_type`
-other than "absolute" (older configs carry it; transformers v5 BERT ignores it), and, for
-`BertForSequenceClassification`, a non-zero dropout before the classifier (`classifier_dropout`, or
-`hidden_dropout_prob` when that is None): Turner's classifier has none. Load the source with
-`classifier_dropout=0.0` to convert such a checkpoint (inference does not change).
+other than "absolute" (older configs carry it; transformers v5 BERT ignores it). The dropout before BERT's
+classifier (`classifier_dropout`, or `hidden_dropout_prob` when that is None) becomes Turner's `classifier_dropout`.
 """
 
-from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedConfig
+from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerModel
 
@@ -31,20 +29,6 @@ from ._common import (
 )
 
 
-def _check_classifier_dropout(config: PreTrainedConfig) -> None:
-    """BertForSequenceClassification drops out the pooled vector; Turner's classifier does not."""
-    option = "classifier_dropout" if config.classifier_dropout is not None else "hidden_dropout_prob"
-    value = getattr(config, option)
-    if value:
-        raise unsupported(
-            option,
-            value,
-            "BERT",
-            "BertForSequenceClassification drops out the pooled vector with it and Turner's classifier has no "
-            "dropout; load the source with classifier_dropout=0.0 (CLI: --set classifier_dropout=0.0) to convert",
-        )
-
-
 class BertConverter(Converter):
     name = "BERT"
     config_class = BertConfig
@@ -57,7 +41,6 @@ class BertConverter(Converter):
             rules=rename_module("classifier", "classifier"),
             pooler=True,
             turner_options={"classifier_pooling": "cls"},
-            check_source=_check_classifier_dropout,
         ),
     }
     fields = {
@@ -96,12 +79,19 @@ class BertConverter(Converter):
     )
 
     def turner_fields(self, config: BertConfig, use_pooler: bool) -> dict[str, object]:
-        return {"is_causal": False, "norm_position": "post", "embedding_layer_norm": True, "classifier_pooling": "cls"}
+        classifier_dropout = config.classifier_dropout
+        return {
+            "is_causal": False,
+            "norm_position": "post",
+            "embedding_layer_norm": True,
+            "classifier_pooling": "cls",
+            "classifier_dropout": config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout,
+        }
 
     def source_fields(self, config: TurnerConfig) -> dict[str, object]:
         if config.type_vocab_size == 0:
             raise unsupported("type_vocab_size", 0, TURNER, "BERT always adds token-type embeddings: use 1 or more")
-        return {"classifier_dropout": 0.0}
+        return {"classifier_dropout": config.classifier_dropout}
 
 
 CONVERTER = BertConverter()

@@ -125,6 +125,7 @@ class GPT2Converter(Converter):
         "attention_bias": True,
         "mlp_bias": True,
         "image_size": None,
+        "classifier_dropout": 0.0,
     }
     embedding_rules = (
         rename("wte.weight", "embeddings.embed_tokens.weight"),

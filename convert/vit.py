@@ -64,7 +64,13 @@ class ViTConverter(Converter):
     }
     fields = {**LABEL_FIELDS, **ENCODER_FIELDS, **same_names("num_channels")}
     source_required = {"qkv_bias": True}
-    turner_required = {"norm_position": "pre", "is_causal": False, "attention_bias": True, "mlp_bias": True}
+    turner_required = {
+        "norm_position": "pre",
+        "is_causal": False,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "classifier_dropout": 0.0,
+    }
     embedding_rules = (
         rename("embeddings.cls_token", "embeddings.cls_token"),
         Rule(

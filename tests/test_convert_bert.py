@@ -106,7 +106,6 @@ def test_pure_map_names_and_config():
         ("is_decoder", True, "BertModel with pooler"),
         ("add_cross_attention", True, "BertModel with pooler"),
         ("position_embedding_type", "relative_key", "BertModel with pooler"),
-        ("classifier_dropout", 0.2, "BertForSequenceClassification"),
     ],
 )
 def test_options_turner_cannot_express_are_refused(option, value, source):
@@ -116,14 +115,14 @@ def test_options_turner_cannot_express_are_refused(option, value, source):
         bert.to_turner(model.state_dict(), config, type(model).__name__)
 
 
-def test_classifier_dropout_falls_back_to_hidden_dropout():
-    config = bert_config(classifier_dropout=None, hidden_dropout_prob=0.1)
+@pytest.mark.parametrize(("classifier_dropout", "expected"), [(0.2, 0.2), (None, 0.1)])
+def test_classifier_dropout_carries_over_both_ways(classifier_dropout, expected):
+    config = bert_config(classifier_dropout=classifier_dropout, hidden_dropout_prob=0.1)
     model = BertForSequenceClassification(config)
-    with pytest.raises(ValueError, match=r"`hidden_dropout_prob`=0.1 .*classifier_dropout=0.0"):
-        bert.to_turner(model.state_dict(), config, "BertForSequenceClassification")
-    assert bert.CONVERTER.model_to_turner(
-        BertForSequenceClassification(bert_config(classifier_dropout=None, hidden_dropout_prob=0.0))
-    )
+    state, turner_config = bert.to_turner(model.state_dict(), config, "BertForSequenceClassification")
+    assert turner_config.classifier_dropout == expected
+    _, back = bert.from_turner(state, turner_config, "BertForSequenceClassification")
+    assert back.classifier_dropout == expected
 
 
 def turner_encoder_config(**overrides) -> TurnerConfig:
@@ -141,6 +140,10 @@ def turner_encoder_config(**overrides) -> TurnerConfig:
         ("type_vocab_size", 0, "BertModel"),
         ("attention_bias", False, "BertModel"),
         ("position_embedding_type", "sinusoidal", "BertModel"),
+        ("position_embedding_type", "rotary", "BertModel"),
+        ("share_query_key", True, "BertModel"),
+        ("normalization", "rmsnorm", "BertModel"),
+        ("mlp_hidden_layers", 2, "BertModel"),
         ("use_pooler", False, "BertForSequenceClassification"),
     ],
 )

@@ -30,7 +30,7 @@ from transformers import (
 
 from convert import gpt2
 from convert.cli import main
-from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
+from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
 
 from .convert_helpers import TOLERANCE, assert_same_state_dict, masked_ids, run_convert, word_tokenizer
 
@@ -186,14 +186,14 @@ def test_help_explains_families_and_refusals(capsys):
     with pytest.raises(SystemExit):
         main(["bert", "--help"])
     family_help = capsys.readouterr().out
-    assert "classifier_dropout=0.0" in family_help and "--architecture" in family_help
+    assert "is_decoder=True" in family_help and "--architecture" in family_help
 
 
-def test_bert_classifier_dropout_is_refused_without_set(runs, tmp_path, capsys):
+def test_set_changes_the_source_config_before_converting(runs, tmp_path):
     root = runs.root
-    assert main(["bert", str(root / "bert"), str(tmp_path / "out")]) == 1
-    assert "`hidden_dropout_prob`=0.1" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert TurnerConfig.from_pretrained(root / "bert-turner").classifier_dropout == 0.0  # set by --set
+    assert main(["bert", str(root / "bert"), str(tmp_path / "out")]) == 0
+    assert TurnerConfig.from_pretrained(tmp_path / "out").classifier_dropout == 0.1  # BERT's hidden_dropout_prob
 
 
 def test_missing_weights_are_refused(runs, tmp_path, capsys):

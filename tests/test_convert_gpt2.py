@@ -136,7 +136,11 @@ def test_options_turner_cannot_express_are_refused(option, value):
         ("mlp_bias", False, "GPT2Model"),
         ("position_embedding_type", "sinusoidal", "GPT2Model"),
         ("head_dim", 4, "GPT2Model"),
+        ("share_query_key", True, "GPT2Model"),
+        ("normalization", "batchnorm", "GPT2Model"),
+        ("mlp_hidden_layers", 2, "GPT2Model"),
         ("classifier_pooling", "mean", "GPT2ForSequenceClassification"),
+        ("classifier_dropout", 0.1, "GPT2ForSequenceClassification"),
     ],
 )
 def test_reverse_refuses_what_gpt2_cannot_express(option, value, architecture):
