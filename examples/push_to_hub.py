@@ -50,11 +50,12 @@ def main(argv: list[str] | None = None) -> None:
     from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
-    from turner_tfm.cards import retarget_model_card
-
     token = args.token or get_token()
     if token is None:
         parser.error("argument --token: no Hub token found: pass --token, set HF_TOKEN, or run `hf auth login`")
+
+    from turner_tfm.cards import retarget_model_card
+
     api = HfApi(token=token)
     card = retarget_model_card(ModelCard.load(args.model_dir / "README.md"), args.repo_id)
     operations = [CommitOperationAdd("README.md", str(card).encode("utf-8"))]
