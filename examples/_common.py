@@ -220,6 +220,12 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def announce(message: str) -> None:
+    """Print `message` once, from the main process, however many processes run the script."""
+    if is_main_process():
+        print(message)
+
+
 def distributed_without_gpu() -> bool:
     """True under a multi-process launcher (torchrun, `accelerate launch`) on a machine without CUDA: the processes
     then train on the CPU and talk through gloo."""

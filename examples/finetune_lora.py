@@ -96,10 +96,10 @@ def run(args: argparse.Namespace) -> None:
     peft_model.print_trainable_parameters()
     trainer = _common.causal_lm_trainer(args, peft_model, tokenizer, train_text, eval_text)
     before = trainer.evaluate()["eval_loss"]
-    print(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
+    _common.announce(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
     train_runtime = trainer.train().metrics["train_runtime"]
     peft_model.save_pretrained(f"{args.output_dir}/adapter")
-    print(f"adapter saved to {args.output_dir}/adapter")
+    _common.announce(f"adapter saved to {args.output_dir}/adapter")
 
     peft_model.eval()
     probe = torch.tensor([trainer.eval_dataset[i]["input_ids"] for i in range(min(4, len(trainer.eval_dataset)))])
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> None:
     difference = (adapter_logits - merged_logits).abs().max().item()
     if difference > MERGE_TOLERANCE:
         raise RuntimeError(f"merge_and_unload changed the logits by up to {difference:.2e} (> {MERGE_TOLERANCE})")
-    print(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
+    _common.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
 
     trainer.model = trainer.model_wrapped = merged
     _common.finish_causal_lm(

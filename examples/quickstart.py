@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
     text = _common.stdlib_docstrings()
     train_text, eval_text = _common.split_text(text, validation_percentage=5)
     tokenizer = _common.char_tokenizer([train_text], model_max_length=args.block_size)
-    print(f"corpus: {_common.STDLIB_DOCS_NAME}, {len(text):,} characters, {len(tokenizer)} distinct tokens")
+    _common.announce(f"corpus: {_common.STDLIB_DOCS_NAME}, {len(text):,} characters, {len(tokenizer)} distinct tokens")
 
     config = TurnerConfig(
         vocab_size=len(tokenizer),
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
     )
     _common.check_sample_length(args, tokenizer, config)
     model = TurnerForCausalLM(config)
-    print(f"model: TurnerForCausalLM, {_common.count_parameters(model):,} parameters")
+    _common.announce(f"model: TurnerForCausalLM, {_common.count_parameters(model):,} parameters")
 
     trainer = _common.causal_lm_trainer(args, model, tokenizer, train_text, eval_text)
     train_runtime = trainer.train().metrics["train_runtime"]

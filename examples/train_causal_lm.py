@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> None:
             f"{model.config.max_position_embeddings} positions"
         )
     _common.check_sample_length(args, tokenizer, model.config)
-    print(
+    _common.announce(
         f"text: {dataset_name}, {len(text):,} characters; tokenizer: {len(tokenizer)} tokens; "
         f"model: {_common.count_parameters(model):,} parameters"
     )

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> None:
         **_common.scratch_config(args),
     )
     model = TurnerForImageClassification(config)
-    print(
+    _common.announce(
         f"data: {dataset_name}, {len(train)} training and {len(test)} test images, {config.num_labels} classes; "
         f"model: {_common.count_parameters(model):,} parameters, {config.num_patches} patches + class token"
     )

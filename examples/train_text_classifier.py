@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
             **_common.scratch_config(args),
         )
         model = TurnerForSequenceClassification(config)
-    print(
+    _common.announce(
         f"data: {dataset_name}, {len(train)} training and {len(test)} test texts, labels {list(labels['label2id'])}; "
         f"model: {_common.count_parameters(model):,} parameters"
     )
