@@ -1,0 +1,114 @@
+"""Model cards: every template fills from a config and a run, parses with `huggingface_hub.ModelCard`, and ships in
+the wheel so a normal (non-editable) install can write cards."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from turner_tfm import TurnerConfig
+from turner_tfm.cards import TASKS, render_model_card, retarget_model_card, template_text, write_model_card
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def config_for(task: str) -> TurnerConfig:
+    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    if task == "image-classification":
+        return TurnerConfig(image_size=8, patch_size=2, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
+    if task == "text-classification":
+        return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "code", 1: "prose"}, **sizes)
+    return TurnerConfig(vocab_size=50, **sizes)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_path: Path) -> None:
+    metric = "perplexity" if task == "text-generation" else "accuracy"
+    path = write_model_card(
+        tmp_path,
+        config_for(task),
+        task=task,
+        model_id="me/tiny",
+        dataset_name="My data",
+        dataset_id="me/my-data",
+        results={metric: 0.9712345},
+        training={"optimiser steps": 12, "learning rate": "0.001"},
+        base_model="me/base",
+        num_parameters=12345,
+        example_input='say "hi"',
+    )
+    card = ModelCard.load(path)
+    data = card.data
+    assert (data.library_name, data.pipeline_tag, data.license) == ("transformers", task, "apache-2.0")
+    assert {"turner", "custom_code"} <= set(data.tags)
+    assert data.datasets == ["me/my-data"] and data.metrics == [metric] and data.base_model == "me/base"
+    (result,) = data.eval_results
+    assert (result.task_type, result.dataset_name, result.metric_type) == (task, "My data", metric)
+    assert result.metric_value == 0.9712
+    assert "${" not in card.text and 'model_id = "me/tiny"' in card.text and "trust_remote_code=True" in card.text
+    assert "| parameters | 12,345 |" in card.text and "| optimiser steps | 12 |" in card.text
+    assert "fine-tuned from `me/base`" in card.text
+    assert 'say \\"hi\\"' in card.text  # quoted safely inside the usage snippet
+    if task != "text-generation":
+        assert "`cat`, `dog`" in card.text or "`code`, `prose`" in card.text
+
+
+def test_templates_keep_their_fixed_metadata_in_yaml_front_matter() -> None:
+    for task in TASKS:
+        text = template_text(task)
+        front_matter = yaml.safe_load(text.split("---\n")[1])
+        assert front_matter["pipeline_tag"] == task and front_matter["library_name"] == "transformers"
+
+
+def test_bad_card_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match=r"`task`='translation' is invalid; choose one of"):
+        template_text("translation")
+    with pytest.raises(ValueError, match=r"`results` has unknown metrics \['bleu'\]"):
+        render_model_card(
+            config_for("text-generation"), task="text-generation", model_id="m", dataset_name="d", results={"bleu": 1.0}
+        )
+
+
+def test_retarget_points_the_usage_snippet_at_the_hub_repo() -> None:
+    card = render_model_card(config_for("text-generation"), task="text-generation", model_id="./out", dataset_name="d")
+    moved = retarget_model_card(card, "alice/model")
+    assert 'model_id = "alice/model"' in moved.text and "./out" not in moved.text
+    assert moved.data.pipeline_tag == "text-generation"
+
+
+def test_the_wheel_ships_the_templates_and_a_plain_install_writes_cards(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy, so the build leaves no build/ or egg-info in the checkout
+    source.mkdir()
+    shutil.copy(REPO / "pyproject.toml", source)
+    shutil.copy(REPO / "README.md", source)
+    shutil.copytree(REPO / "turner_tfm", source / "turner_tfm", ignore=shutil.ignore_patterns("__pycache__"))
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist")]
+    subprocess.run([*build, str(source)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("turner_tfm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for task in TASKS:
+        assert f"turner_tfm/model_cards/{task}.md" in names
+
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, timeout=300)
+    script = (
+        "import turner_tfm, turner_tfm.cards as c; "
+        f"assert turner_tfm.__file__.startswith({str(site)!r}), turner_tfm.__file__; "
+        "cfg = turner_tfm.TurnerConfig(vocab_size=9, hidden_size=8, num_hidden_layers=1, num_attention_heads=2); "
+        "print(c.render_model_card(cfg, task='text-generation', model_id='m', dataset_name='d').data.pipeline_tag)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "text-generation", result.stderr[-3000:]
