@@ -1,0 +1,144 @@
+"""Draw what a Turner model attends to, as PNG: attention maps per layer and head for text, and the class token's
+attention over the patches laid on the image for images.
+
+Text: a saved causal language model with its tokenizer (e.g. the folder examples/quickstart.py writes), or, without
+--model, a fresh untrained tiny model with a character tokenizer. Each panel is one head's attention matrix A
+(eq. 5), drawn the paper's way round: output token n across, input token n' down, each column summing to 1.
+
+Images: a saved image classifier with its image processor (e.g. the folder examples/train_image_classifier.py
+writes), or, without --model, a fresh untrained tiny one; the picture is --image, or one of scikit-learn's digits.
+The class token's row of attention (§4.2) is reshaped to the patch grid, upsampled to the image and overlaid.
+
+    python examples/plot_attention.py text --model ./turner-quickstart --text "Return the sum"
+    python examples/plot_attention.py image --model ./turner-image-classifier --digit 7
+    python examples/plot_attention.py text          # fresh tiny model: maps of an untrained network
+
+The model is loaded with attn_implementation="eager", the attention implementation that returns the weights.
+"""
+
+import argparse
+import sys
+
+from _cli import check_model_path, existing_file, new_parser, non_negative_int, probability
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(__doc__.split("\n\n")[0])
+    modes = parser.add_subparsers(dest="mode", required=True, metavar="{text,image}")
+    text = modes.add_parser("text", help="attention maps of a causal language model over a text")
+    text.add_argument("--model", default=None, help="saved causal LM + tokenizer folder (default: fresh tiny model)")
+    text.add_argument("--text", default="Return the sum of a and b.", help="the text to run through the model")
+    text.add_argument("--output", default="attention-text.png", help="PNG to write")
+    image = modes.add_parser("image", help="class-token attention of an image classifier over an image")
+    image.add_argument("--model", default=None, help="saved image classifier folder (default: fresh tiny model)")
+    source = image.add_mutually_exclusive_group()
+    source.add_argument("--image", type=existing_file, default=None, help="an image file")
+    source.add_argument("--digit", type=non_negative_int, default=0, help="index of a scikit-learn digit (default)")
+    image.add_argument("--alpha", type=probability, default=0.55, help="opacity of the attention overlay")
+    image.add_argument("--output", default="attention-image.png", help="PNG to write")
+    for sub in (text, image):
+        sub.add_argument("--layers", type=non_negative_int, nargs="+", default=None, help="layers to draw (all)")
+        sub.add_argument("--heads", type=non_negative_int, nargs="+", default=None, help="heads to draw (all)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_model_path(parser, "--model", args.model)
+    try:
+        figure = plot_text(args) if args.mode == "text" else plot_image(args)
+    except ValueError as error:  # a layer or head out of range, a text longer than the model's positions, ...
+        parser.error(str(error))
+    panels = sum(1 for ax in figure.axes if ax.images)
+    print(f"wrote {args.output}: {panels} panels")
+
+
+def plot_text(args: argparse.Namespace) -> object:
+    # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
+    import _common
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from turner_tfm import TurnerConfig, TurnerForCausalLM
+    from turner_tfm.plotting import plot_text_attention
+
+    if args.model is None:
+        tokenizer = _common.char_tokenizer([args.text], model_max_length=128)
+        config = TurnerConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=128,
+            attn_implementation="eager",
+        )
+        model, name = TurnerForCausalLM(config), "fresh untrained model"
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        model, name = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="eager"), args.model
+    ids = tokenizer(args.text, add_special_tokens=False)["input_ids"]
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if model.config.position_embedding_type == "learned" and len(ids) > limit:
+        raise ValueError(f"--text has {len(ids)} tokens; the model's learned positions cover {limit}")
+    tokens = [tokenizer.decode([i]) for i in ids]
+    title = f"{name}: attention per layer and head"
+    return plot_text_attention(model, ids, tokens, layers=args.layers, heads=args.heads, title=title, path=args.output)
+
+
+def plot_image(args: argparse.Namespace) -> object:
+    import torch
+    from PIL import Image
+    from train_image_classifier import digits
+    from transformers import AutoImageProcessor, AutoModelForImageClassification, ViTImageProcessorPil
+
+    from turner_tfm import TurnerConfig, TurnerForImageClassification
+    from turner_tfm.plotting import plot_image_attention
+
+    if args.model is None:
+        processor = ViTImageProcessorPil(
+            size={"height": 8, "width": 8}, image_mean=[0.5] * 3, image_std=[0.5] * 3, do_convert_rgb=True
+        )
+        config = TurnerConfig(
+            image_size=8,
+            patch_size=2,
+            num_channels=3,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            is_causal=False,
+            num_labels=10,
+            attn_implementation="eager",
+        )
+        model, name = TurnerForImageClassification(config), "fresh untrained model"
+    else:
+        processor = AutoImageProcessor.from_pretrained(args.model)
+        model = AutoModelForImageClassification.from_pretrained(args.model, attn_implementation="eager")
+        name = args.model
+    if args.image is not None:
+        picture = Image.open(args.image)
+    else:
+        images, _ = digits()
+        if args.digit >= len(images):
+            raise ValueError(f"--digit {args.digit} is out of range: there are {len(images)} digits")
+        picture = images[args.digit]
+    picture = picture.convert("RGB")
+    model.eval()
+    pixel_values = processor(images=picture, return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        probabilities = model(pixel_values=pixel_values).logits.softmax(-1)[0]
+    best = int(probabilities.argmax())
+    title = f"{name}: predicts {model.config.id2label[best]!r} ({float(probabilities[best]):.2f})"
+    return plot_image_attention(
+        model,
+        pixel_values,
+        image=picture,
+        layers=args.layers,
+        heads=args.heads,
+        alpha=args.alpha,
+        title=title,
+        path=args.output,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
