@@ -18,7 +18,8 @@ LOADER = textwrap.dedent(
     import sys
     sys.modules["turner_tfm"] = None
     import torch, transformers
-    folder, auto_name, inputs_file, outputs_file = sys.argv[1:5]
+    folder, auto_name, inputs_file, outputs_file, threads = sys.argv[1:6]
+    torch.set_num_threads(int(threads))  # the parent's: bitwise equality needs the same reduction order
     try:
         import turner_tfm  # noqa: F401
         raise SystemExit("turner_tfm should not be importable here")
@@ -73,6 +74,7 @@ def test_saved_folder_loads_without_the_package(model_class, auto_name, config, 
             auto_name,
             str(tmp_path / "inputs.pt"),
             str(tmp_path / "out.pt"),
+            str(torch.get_num_threads()),
         ],
         cwd=tmp_path,
         env=env,

@@ -99,6 +99,7 @@ REMOTE_LOADER = textwrap.dedent(
     import sys, json
     sys.modules["turner_tfm"] = None
     import torch, transformers
+    torch.set_num_threads(int(sys.argv[2]))  # the parent's: bitwise equality needs the same reduction order
     for folder in json.loads(sys.argv[1]):
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
         with torch.no_grad():
@@ -118,7 +119,7 @@ def test_every_switch_loads_with_trust_remote_code_without_the_package(tmp_path)
         with torch.no_grad():
             folders[str(folder)] = model(ids).logits
     result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(list(folders))],
+        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(list(folders)), str(torch.get_num_threads())],
         cwd=tmp_path,
         env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
