@@ -147,6 +147,8 @@ def test_image_model_refuses_token_inputs(image_classifier):
         ({"problem_type": "multi_label_classification"}, torch.ones(2, 2), "(2, 3)"),
         ({"problem_type": "multi_label_classification"}, torch.ones(2, 3, dtype=torch.long), "floats"),
         ({"problem_type": "multi_label_classification"}, torch.full((2, 3), 2.0), "[0, 1]"),
+        ({"problem_type": "multi_label_classification"}, torch.full((2, 3), 1.5), "[0, 1]"),
+        ({"problem_type": "multi_label_classification"}, torch.full((2, 3), -0.5), "[0, 1]"),
         ({"problem_type": "regression"}, torch.ones(2, 2), "2 x 3 floats"),
         ({"num_labels": 1}, torch.tensor([1, 0]), "2 x 1 floats"),
     ],

@@ -47,6 +47,10 @@ def _shape(tensor: torch.Tensor) -> str:
     return f"of shape {tuple(tensor.shape)}"
 
 
+def _shape_and_dtype(tensor: torch.Tensor) -> str:
+    return f"{_shape(tensor)} and dtype {tensor.dtype}"
+
+
 def _checks_enabled(tensor: torch.Tensor) -> bool:
     """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
     return not is_torchdynamo_compiling() and tensor.numel() > 0
@@ -57,9 +61,11 @@ def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: 
     if not _checks_enabled(values):
         return
     checked = values if ignore is None else values[values != ignore]
-    if checked.numel() and (int(checked.min()) < low or int(checked.max()) >= high):
-        bad = int(checked.min()) if int(checked.min()) < low else int(checked.max())
-        raise _invalid_input(name, f"contains {bad}", allowed)
+    if not checked.numel():
+        return
+    smallest, largest = checked.min().item(), checked.max().item()
+    if smallest < low or largest >= high:
+        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
 
 
 def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
@@ -71,7 +77,7 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
         if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
             raise _invalid_input(
                 "input_ids",
-                f"{_shape(input_ids)} and dtype {input_ids.dtype}",
+                _shape_and_dtype(input_ids),
                 "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
             )
         _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
@@ -114,7 +120,7 @@ def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_
     if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
         raise _invalid_input(
             "labels",
-            f"{_shape(labels)} and dtype {labels.dtype}",
+            _shape_and_dtype(labels),
             f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
         )
     _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
@@ -127,22 +133,23 @@ def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batc
         if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
             raise _invalid_input(
                 "labels",
-                f"{_shape(labels)} and dtype {labels.dtype}",
+                _shape_and_dtype(labels),
                 f"regression expects {batch_size} x {num_labels} floats",
             )
     elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
         if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
             raise _invalid_input(
                 "labels",
-                f"{_shape(labels)} and dtype {labels.dtype}",
+                _shape_and_dtype(labels),
                 f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
             )
-        _check_range("labels", labels, 0, 2, "multi-label targets must be in [0, 1]")
+        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
+            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
     else:
         if labels.numel() != batch_size or labels.is_floating_point():
             raise _invalid_input(
                 "labels",
-                f"{_shape(labels)} and dtype {labels.dtype}",
+                _shape_and_dtype(labels),
                 f"single-label classification expects {batch_size} integer class ids",
             )
         _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
