@@ -81,9 +81,13 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
                 "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
             )
         _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
-    elif inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.hidden_size:
+    elif (
+        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
+    ):
         raise _invalid_input(
-            "inputs_embeds", _shape(inputs_embeds), f"expected (batch >= 1, sequence >= 1, {config.hidden_size})"
+            "inputs_embeds",
+            _shape(inputs_embeds),
+            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
         )
 
 
