@@ -21,6 +21,9 @@ import sys
 
 from _cli import check_model_path, existing_file, new_parser, non_negative_int, probability
 
+# without --model: a tiny untrained network, with the attention that returns its weights
+FRESH_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "attn_implementation": "eager"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(__doc__.split("\n\n")[0])
@@ -64,14 +67,7 @@ def plot_text(args: argparse.Namespace) -> object:
 
     if args.model is None:
         tokenizer = _common.char_tokenizer([args.text], model_max_length=128)
-        config = TurnerConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            max_position_embeddings=128,
-            attn_implementation="eager",
-        )
+        config = TurnerConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **FRESH_MODEL)
         model, name = TurnerForCausalLM(config), "fresh untrained model"
     else:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -98,17 +94,7 @@ def plot_image(args: argparse.Namespace) -> object:
         processor = ViTImageProcessorPil(
             size={"height": 8, "width": 8}, image_mean=[0.5] * 3, image_std=[0.5] * 3, do_convert_rgb=True
         )
-        config = TurnerConfig(
-            image_size=8,
-            patch_size=2,
-            num_channels=3,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            is_causal=False,
-            num_labels=10,
-            attn_implementation="eager",
-        )
+        config = TurnerConfig(image_size=8, patch_size=2, num_channels=3, is_causal=False, num_labels=10, **FRESH_MODEL)
         model, name = TurnerForImageClassification(config), "fresh untrained model"
     else:
         processor = AutoImageProcessor.from_pretrained(args.model)

@@ -156,6 +156,20 @@ def test_example_script_draws_a_fresh_image_classifier_on_a_digit(tmp_path, monk
     png_size(out)
 
 
+def test_example_script_draws_a_saved_image_classifier_on_an_image_file(tmp_path, monkeypatch, capsys):
+    from transformers import ViTImageProcessorPil
+
+    folder = tmp_path / "classifier"
+    TurnerForImageClassification(image_config()).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 16, "width": 16}).save_pretrained(folder)
+    picture = tmp_path / "picture.png"
+    Image.fromarray((torch.rand(40, 30, 3) * 255).to(torch.uint8).numpy()).save(picture)
+    out = tmp_path / "image.png"
+    run_plot_attention(monkeypatch, "image", "--model", str(folder), "--image", str(picture), "--output", str(out))
+    assert f"wrote {out}: {LAYERS * (HEADS + 1)} panels" in capsys.readouterr().out
+    png_size(out)
+
+
 def test_example_script_reports_a_bad_layer_as_a_usage_error(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_plot_attention(monkeypatch, "text", "--layers", "5", "--output", str(tmp_path / "x.png"))
