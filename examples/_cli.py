@@ -130,6 +130,37 @@ def add_model_arguments(
     group.add_argument("--position-embedding-type", choices=POSITION_EMBEDDING_TYPES, default="learned")
 
 
+def run_script(
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], None],
+    argv: list[str] | None = None,
+    *,
+    requires: dict[str, str] | None = None,
+    model_hint: str = "",
+) -> None:
+    """Parse and check the flags, then `run(args)`. Bad input found later (a `UsageError`: a missing column, an empty
+    folder) is reported like a bad flag: usage, the message, exit status 2.
+
+    `requires` maps a flag to one it needs (`{"test_file": "train_file"}`); `model_hint` is added to the error for a
+    --model-name-or-path that is not a saved model.
+    """
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    if getattr(args, "model_name_or_path", None) is not None:
+        check_model_path(parser, "--model-name-or-path", args.model_name_or_path, model_hint)
+    for flag, needed in (requires or {}).items():
+        if getattr(args, flag) is not None and getattr(args, needed) is None:
+            parser.error(f"argument {_flag(flag)}: it needs {_flag(needed)} (the built-in data makes its own split)")
+    try:
+        run(args)
+    except UsageError as error:
+        parser.error(str(error))
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Checks that span several flags; a failure exits with a message naming the flags, values and what is valid."""
     if args.max_steps == 0 or args.max_steps < -1:

@@ -452,10 +452,31 @@ def label_maps(dataset: Dataset) -> dict[str, dict]:
     return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
 
 
-def finish_classifier(
-    trainer: Trainer, *, task: str, examples: list, train_runtime: float, **card: object
+def train_classifier(
+    args: argparse.Namespace,
+    model: PreTrainedModel,
+    train_dataset: Dataset,
+    eval_dataset: Dataset,
+    processor: object,
+    *,
+    task: str,
+    examples: list,
+    data_collator: object = None,
+    training_overrides: dict | None = None,
+    **card: object,
 ) -> dict[str, float]:
-    """After training: test accuracy, `pipeline(task)` on a few `examples`, then save model, processor and card."""
+    """Train with the `Trainer`, then: test accuracy, `pipeline(task)` on a few `examples`, and save model, processor
+    (tokenizer or image processor) and card (`card`: see `save_with_card`)."""
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(args, **(training_overrides or {})),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=data_collator,
+        processing_class=processor,
+        compute_metrics=accuracy,
+    )
+    train_runtime = trainer.train().metrics["train_runtime"]
     print_loss_curve(trainer)
     metrics = trainer.evaluate()
     results = {"accuracy": metrics["eval_accuracy"]}

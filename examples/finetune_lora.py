@@ -18,11 +18,10 @@ from _cli import (
     add_sample_arguments,
     add_text_data_arguments,
     add_training_arguments,
-    check_arguments,
-    check_model_path,
     new_parser,
     positive_int,
     probability,
+    run_script,
 )
 
 MERGE_TOLERANCE = 1e-4  # largest |logit difference| accepted between the adapter model and the merged one (fp32)
@@ -47,16 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    check_model_path(
-        parser, "--model-name-or-path", args.model_name_or_path, "Run examples/quickstart.py first, or pass one."
-    )
-    try:
-        run(args)
-    except UsageError as error:
-        parser.error(str(error))
+    run_script(build_parser(), run, argv, model_hint="Run examples/quickstart.py first, or pass one.")
 
 
 def run(args: argparse.Namespace) -> None:

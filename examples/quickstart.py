@@ -15,20 +15,19 @@ import argparse
 import sys
 
 from _cli import (
-    UsageError,
     add_model_arguments,
     add_sample_arguments,
     add_training_arguments,
-    check_arguments,
     new_parser,
     positive_int,
+    run_script,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(__doc__.split("\n\n")[0])
     add_training_arguments(
-        parser, output_dir="./turner-quickstart", max_steps=300, learning_rate=2e-3, per_device_train_batch_size=16
+        parser, output_dir="./turner-quickstart", max_steps=600, learning_rate=2e-3, per_device_train_batch_size=16
     )
     add_model_arguments(parser, hidden_size=128, num_hidden_layers=4, num_attention_heads=4)
     parser.add_argument("--block-size", type=positive_int, default=128, help="characters per training sequence")
@@ -37,13 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    try:
-        run(args)
-    except UsageError as error:
-        parser.error(str(error))
+    run_script(build_parser(), run, argv)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -18,10 +18,9 @@ from _cli import (
     add_sample_arguments,
     add_text_data_arguments,
     add_training_arguments,
-    check_arguments,
-    check_model_path,
     new_parser,
     positive_int,
+    run_script,
 )
 
 
@@ -43,14 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    check_model_path(parser, "--model-name-or-path", args.model_name_or_path)
-    try:
-        run(args)
-    except UsageError as error:
-        parser.error(str(error))
+    run_script(build_parser(), run, argv)
 
 
 def run(args: argparse.Namespace) -> None:

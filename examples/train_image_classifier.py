@@ -18,10 +18,10 @@ from _cli import (
     add_classification_data_arguments,
     add_model_arguments,
     add_training_arguments,
-    check_arguments,
     existing_dir,
     new_parser,
     positive_int,
+    run_script,
 )
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -42,15 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    if args.test_dir is not None and args.train_dir is None:
-        parser.error("argument --test-dir: it needs --train-dir (the digits make their own test split)")
-    try:
-        run(args)
-    except UsageError as error:
-        parser.error(str(error))
+    run_script(build_parser(), run, argv, requires={"test_dir": "train_dir"})
 
 
 def digits() -> tuple[list, list[str]]:
@@ -99,7 +91,7 @@ def run(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import _common
     import torch
-    from transformers import Trainer, ViTImageProcessorPil, set_seed
+    from transformers import ViTImageProcessorPil, set_seed
 
     from turner_tfm import TurnerConfig, TurnerForImageClassification
 
@@ -129,20 +121,15 @@ def run(args: argparse.Namespace) -> None:
         pixels = processor(images=batch["image"], return_tensors="pt")["pixel_values"]
         return {"pixel_values": pixels, "labels": torch.tensor(batch["label"])}
 
-    trainer = Trainer(
-        model=model,
-        args=_common.training_arguments(args, remove_unused_columns=False),
-        train_dataset=train.with_transform(to_pixels),
-        eval_dataset=test.with_transform(to_pixels),
-        processing_class=processor,
-        compute_metrics=_common.accuracy,
-    )
-    train_runtime = trainer.train().metrics["train_runtime"]
-    _common.finish_classifier(
-        trainer,
+    _common.train_classifier(
+        args,
+        model,
+        train.with_transform(to_pixels),
+        test.with_transform(to_pixels),
+        processor,
+        training_overrides={"remove_unused_columns": False},  # the transform needs the image column
         task="image-classification",
         examples=test["image"][:4],
-        train_runtime=train_runtime,
         dataset_name=dataset_name,
         example_input="image.png",
     )

@@ -18,11 +18,10 @@ from _cli import (
     add_classification_data_arguments,
     add_model_arguments,
     add_training_arguments,
-    check_arguments,
-    check_model_path,
     existing_file,
     new_parser,
     positive_int,
+    run_script,
 )
 
 DATA_SUFFIXES = {".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -58,16 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    check_model_path(parser, "--model-name-or-path", args.model_name_or_path)
-    if args.test_file is not None and args.train_file is None:
-        parser.error("argument --test-file: it needs --train-file (the built-in task makes its own test split)")
-    try:
-        run(args)
-    except UsageError as error:
-        parser.error(str(error))
+    run_script(build_parser(), run, argv, requires={"test_file": "train_file"})
 
 
 def load_data(args: argparse.Namespace) -> tuple[object, object, str]:
@@ -105,7 +95,7 @@ def read_table(args: argparse.Namespace, path: object, flag: str) -> tuple[list[
 def run(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import _common
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
     from turner_tfm import TurnerConfig, TurnerForSequenceClassification
 
@@ -126,6 +116,7 @@ def run(args: argparse.Namespace) -> None:
             vocab_size=len(tokenizer),
             max_position_embeddings=args.max_length,
             pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
             is_causal=False,
             classifier_pooling="mean",
             **labels,
@@ -142,21 +133,15 @@ def run(args: argparse.Namespace) -> None:
             batch["text"], truncation=True, max_length=min(args.max_length, model.config.max_position_embeddings)
         )
 
-    trainer = Trainer(
-        model=model,
-        args=_common.training_arguments(args),
-        train_dataset=train.map(tokenize, batched=True),
-        eval_dataset=test.map(tokenize, batched=True),
+    _common.train_classifier(
+        args,
+        model,
+        train.map(tokenize, batched=True),
+        test.map(tokenize, batched=True),
+        tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
-        processing_class=tokenizer,
-        compute_metrics=_common.accuracy,
-    )
-    train_runtime = trainer.train().metrics["train_runtime"]
-    _common.finish_classifier(
-        trainer,
         task="text-classification",
         examples=test["text"][:4],
-        train_runtime=train_runtime,
         dataset_name=dataset_name,
         base_model=args.model_name_or_path,
         example_input=test["text"][0],

@@ -216,3 +216,13 @@ def test_text_classifier_fine_tunes_the_language_model_on_a_csv(quickstart: tupl
         expect_failure=True,
     )
     assert "argument --label-column: 'label' is not valid" in output and "['sentence', 'mood']" in output
+
+
+@pytest.mark.slow
+def test_quickstart_with_its_defaults_learns_and_saves(tmp_path: Path) -> None:
+    output = run_example("quickstart.py", tmp_path=tmp_path, timeout=1800)
+    print(output)  # the numbers the README quotes: shown with `pytest -s`
+    losses = training_losses(output)
+    assert losses[0] > 4.0 and losses[-1] < 2.4, losses  # from uniform over ~100 characters to below 2.4 nats
+    assert printed_number(output, "perplexity") < 11
+    assert (tmp_path / "turner-quickstart" / "model.safetensors").is_file()
