@@ -4,7 +4,8 @@ Footnote 5 of the paper: "the need for transformers to store and compute N x N a
 computational bottleneck". The eager path materialises the scores, the softmax and the mask as (B, H, N, N) arrays;
 `scaled_dot_product_attention` on CPU runs a blocked (flash) kernel that never holds the whole N x N array.
 
-Method. The model is a 1-block causal Turner LM backbone (`TurnerModel`, D=128, H=2 by default, batch 1). Each call
+Method. The model is a 1-block causal Turner LM backbone (`TurnerModel`, D=128, H=2 by default, batch 1, fixed
+sinusoidal positions so that no parameter's size depends on the longest N). Each call
 runs under `torch.profiler.profile(profile_memory=True)`, which makes the CPU allocator report every allocation and
 free with the running total of bytes allocated since profiling started (`total_allocated` of the profiler's
 allocation events). The peak of that running total is the most memory the call held at once on top of what was live
@@ -60,6 +61,7 @@ def build(args: argparse.Namespace, impl: str, max_len: int) -> TurnerModel:
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         max_position_embeddings=max_len,
+        position_embedding_type="sinusoidal",  # no position table, whose gradient would be a constant offset
         attn_implementation=impl,
     )
     torch.manual_seed(0)

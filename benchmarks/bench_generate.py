@@ -11,8 +11,10 @@ Modes:
   fullgraph=True, mode="default")`, forced on CPU with `_compile_all_devices`; "reduce-overhead" is CUDA graphs).
   Compilation happens in the warm-up and is timed separately.
 
-tokens/s = batch x new tokens / wall time of the whole `generate` call (prefill included). Turner's speed-up is the
-median of per-repetition ratios (peer time / Turner time).
+In the static modes the same Turner model also runs with the dynamic cache in the rotation ("vs Turner dynamic": what
+the static cache, and compilation, buy over the default). tokens/s = batch x new tokens / wall time of the whole
+`generate` call (prefill included). Turner's speed-up is the median of per-repetition ratios (peer time / Turner
+time).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def bench(
         model.eval()
     prompt = torch.randint(0, shape.vocab, (batch, prompt_len))
     fns = {key: generate_fn(model, prompt, new_tokens, mode) for key, model in models.items()}
+    if mode != "dynamic":  # the same Turner model with the default cache, eager: what the static cache buys
+        fns["turner_dynamic"] = generate_fn(models["turner"], prompt, new_tokens, "dynamic")
     first_call = {}
     for key, fn in fns.items():  # the first call compiles in static-compile mode
         start = time.perf_counter()
@@ -134,11 +138,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r = bench(shape, mode, batch, args.prompt, args.new_tokens, args.repeats, args.warmup, args.seed)
             except Exception as error:  # a compile failure is a result to report, not a crash
                 results.append({"mode": mode, "batch": batch, "error": f"{type(error).__name__}: {error}"})
-                rows.append([mode, batch, "failed", "", "", "", "", ""])
+                rows.append([mode, batch, "failed", "", "", "", "", "", ""])
                 continue
             results.append(r)
             tps, s = r["tokens_per_second"], r["turner_speedup"]
-            vs_min = s.get("vs_minimal")
+            vs_min, vs_dyn = s.get("vs_minimal"), s.get("vs_turner_dynamic")
             rows.append(
                 [
                     mode,
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{tps['minimal']:.1f}" if "minimal" in tps else "n/a",
                     f"{fmt_ratio(s['vs_gpt2']['median'])} [{s['vs_gpt2']['q1']:.2f}-{s['vs_gpt2']['q3']:.2f}]",
                     f"{fmt_ratio(vs_min['median'])} [{vs_min['q1']:.2f}-{vs_min['q3']:.2f}]" if vs_min else "n/a",
+                    f"{fmt_ratio(vs_dyn['median'])} [{vs_dyn['q1']:.2f}-{vs_dyn['q3']:.2f}]" if vs_dyn else "n/a",
                     r["times"]["turner"]["n"],
                 ]
             )
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "minimal tok/s",
         "Turner vs GPT-2",
         "Turner vs min",
+        "vs Turner dynamic",
         "reps",
     ]
     print(environment_markdown(env))

@@ -154,7 +154,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--bias", action=argparse.BooleanOptionalAction, default=False, help="biases in the linears")
     parser.add_argument("--act", default="gelu", help="hidden_act (nanoGPT: exact GELU)")
-    parser.add_argument("--positions", default="learned", choices=["learned", "sinusoidal", "none"])
+    parser.add_argument("--positions", default="learned", choices=["learned", "sinusoidal", "rotary", "none"])
     parser.add_argument("--eval-stride", type=int, default=None, help="validation window stride (default: context)")
     parser.add_argument("--extra-eval-stride", type=int, default=None, help="also report a sliding-window loss")
     parser.add_argument("--eval-limit", type=int, default=None, help="score only the first N validation characters")

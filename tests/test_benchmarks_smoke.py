@@ -65,7 +65,7 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     for result in payload["results"]:
         assert "error" not in result, result.get("error")
-        names = {"turner", "gpt2", "minimal"} if result["mode"] == "dynamic" else {"turner", "gpt2"}
+        names = {"turner", "gpt2", "minimal"} if result["mode"] == "dynamic" else {"turner", "gpt2", "turner_dynamic"}
         check_times(result["times"], names, 2)
         assert set(result["tokens_per_second"]) == names
         assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
