@@ -120,3 +120,10 @@ def test_static_cache_decode_step_compiles_with_fullgraph(model):
 def test_static_cache_decode_step_compiles_with_inductor(model):
     ids = random_ids(2, 5)
     assert torch.equal(compiled_static_generate(model, ids, backend="inductor"), greedy(model, ids))
+
+
+def test_training_forward_builds_no_cache(model):
+    model.train()
+    assert model(random_ids(2, 5), use_cache=True).past_key_values is None
+    model.eval()
+    assert model(random_ids(2, 5), use_cache=True).past_key_values is not None

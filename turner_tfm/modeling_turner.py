@@ -611,7 +611,7 @@ class TurnerModel(TurnerPreTrainedModel):
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
-        if use_cache and past_key_values is None:
+        if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
             past_key_values = DynamicCache(config=self.config)
         if position_ids is None:
             past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
