@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = image.add_mutually_exclusive_group()
     source.add_argument("--image", type=existing_file, default=None, help="an image file")
     source.add_argument("--digit", type=non_negative_int, default=0, help="index of a scikit-learn digit (default)")
-    image.add_argument("--alpha", type=probability, default=0.55, help="opacity of the attention overlay")
+    image.add_argument("--alpha", type=probability, default=0.8, help="opacity of the overlay where attention peaks")
     image.add_argument("--output", default="attention-image.png", help="PNG to write")
     for sub in (text, image):
         sub.add_argument("--layers", type=non_negative_int, nargs="+", default=None, help="layers to draw (all)")

@@ -198,7 +198,7 @@ def plot_image_attention(
     query: int | None = None,
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
-    alpha: float = 0.55,
+    alpha: float = 0.8,
     title: str | None = None,
     path: str | os.PathLike | None = None,
 ) -> Figure:
@@ -206,7 +206,8 @@ def plot_image_attention(
     laid over the image.
 
     The attention row of the query token is reshaped to the patch grid, upsampled to the image's size and drawn
-    with transparency `alpha` over `image` (the picture the user sees; default: `pixel_values` rescaled). `query`
+    over `image` (the picture the user sees; default: `pixel_values` rescaled), more opaque where the attention is
+    higher, up to `alpha`; one colour scale serves every panel. `query`
     defaults to the token the classifier reads: the class token x_0, or the last patch when
     `classifier_pooling="last"` (under the causal mask the class token sees only itself).
     """
@@ -242,20 +243,25 @@ def plot_image_attention(
     maps = [[overlay(attentions[layer][head]) for head in heads] for layer in layers]
     maps = [[*row, torch.stack(row).mean(dim=0)] for row in maps]
     low = min(float(m.min()) for row in maps for m in row)
-    scale = {"vmin": low, "vmax": max(low + 1e-6, max(float(m.max()) for row in maps for m in row))}
+    high = max(low + 1e-6, max(float(m.max()) for row in maps for m in row))
     who = "class token" if query == 0 else f"token {query}"
     heading = f"attention of the {who} over the patches"
     figure, axes = _grid(len(layers), len(heads) + 1, 2.2, f"{title}\n{heading}" if title else heading)
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    colours = ScalarMappable(Normalize(low, high), "inferno")
     extent = (0, width, height, 0)
     shown = picture.squeeze(-1).numpy() if picture.shape[-1] == 1 else picture.numpy()
     for row, layer, row_maps in zip(axes, layers, maps, strict=True):
         for ax, name, weights in zip(row, [*(f"head {h}" for h in heads), "mean of heads"], row_maps, strict=True):
             ax.imshow(shown, cmap="gray", extent=extent)
-            heat = ax.imshow(weights.numpy(), cmap="inferno", alpha=alpha, extent=extent, **scale)
+            opacity = (alpha * (weights - low) / (high - low)).clamp(0.0, 1.0).numpy()
+            ax.imshow(weights.numpy(), cmap=colours.cmap, norm=colours.norm, alpha=opacity, extent=extent)
             ax.set_title(f"layer {layer}, {name}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
-    figure.colorbar(heat, ax=[ax for row in axes for ax in row], shrink=0.6, label=f"attention of the {who}")
+    figure.colorbar(colours, ax=[ax for row in axes for ax in row], shrink=0.6, label=f"attention of the {who}")
     _save(figure, path)
     return figure
 
