@@ -495,7 +495,8 @@ def compare_on_tasks(
     training = Training(args.steps, args.learning_rate, args.batch_size)
     runs, rows, panels = [], [], {}
     baseline = next(iter(variants))
-    setup = [f"TurnerConfig sizes: {model_size(args)}, MLP 4D, pre-norm LayerNorm"]
+    size = f"D={args.hidden_size}, M={args.num_hidden_layers} blocks, H={args.num_attention_heads} heads"
+    setup = [f"{size}, MLP 4D, pre-norm LayerNorm, learned positions"]
     setup += [f"AdamW, batch {args.batch_size}, peak rate {args.learning_rate:g}, warm-up 5% then cosine, clip 1.0"]
     for task in (CharLM(args.block_size), Digits()):
         kind = type(task).__name__
