@@ -4,6 +4,8 @@ import json
 
 import pytest
 from transformers import AutoConfig
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from turner_tfm import TurnerConfig
 
@@ -24,6 +26,25 @@ def test_auto_config_builds_a_turner_config_with_derived_defaults():
 def test_pooling_default_follows_the_task():
     assert text_config(is_causal=False).classifier_pooling == "mean"
     assert image_config().classifier_pooling == "cls"
+
+
+def test_the_mask_defaults_to_causal_for_text_and_full_for_images():
+    assert text_config().is_causal is True
+    image = TurnerConfig(hidden_size=32, num_attention_heads=4, image_size=16, patch_size=4)
+    assert image.is_causal is False and image.classifier_pooling == "cls"
+    assert image_config(is_causal=True).classifier_pooling == "last"
+
+
+def test_a_classifier_reading_the_first_token_under_the_causal_mask_is_refused():
+    with pytest.raises(ValueError, match="attends only to itself"):
+        text_config(is_causal=True, classifier_pooling="cls")
+
+
+def test_batchnorm_under_the_causal_mask_warns_that_training_leaks():
+    logger = logging.get_logger("turner_tfm.configuration_turner")
+    with CaptureLogger(logger) as captured:
+        text_config(normalization="batchnorm")
+    assert "causal mask is not airtight" in captured.out
 
 
 def test_image_config_derives_its_positions():

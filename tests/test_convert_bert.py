@@ -135,7 +135,6 @@ def turner_encoder_config(**overrides) -> TurnerConfig:
     ("option", "value", "architecture"),
     [
         ("norm_position", "pre", "BertModel"),
-        ("is_causal", True, "BertModel"),
         ("embedding_layer_norm", False, "BertModel"),
         ("type_vocab_size", 0, "BertModel"),
         ("attention_bias", False, "BertModel"),
@@ -152,6 +151,12 @@ def test_reverse_refuses_what_bert_cannot_express(option, value, architecture):
     model = bert.CONVERTER.head(architecture).turner_class(config)
     with pytest.raises(ValueError, match=re.escape(f"`{option}`={value!r}")):
         bert.from_turner(model.state_dict(), config, architecture)
+
+
+def test_reverse_refuses_a_causal_encoder():
+    config = turner_encoder_config(is_causal=True, use_pooler=False, classifier_pooling="mean")
+    with pytest.raises(ValueError, match=re.escape("`is_causal`=True")):
+        bert.from_turner(TurnerModel(config).state_dict(), config, "BertModel")
 
 
 def test_reverse_needs_cls_pooling_for_the_classifier():

@@ -150,12 +150,6 @@ def test_reverse_refuses_what_gpt2_cannot_express(option, value, architecture):
         gpt2.from_turner(head.turner_class(config).state_dict(), config, architecture)
 
 
-def test_reverse_refuses_a_pooler():
-    config = turner_text_config(use_pooler=True, classifier_pooling="cls")
-    with pytest.raises(ValueError, match=re.escape("`use_pooler`=True")):
-        gpt2.from_turner(TurnerModel(config).state_dict(), config, "GPT2Model")
-
-
 def test_bad_arguments_are_named():
     source = GPT2Model(gpt2_config())
     state = source.state_dict()

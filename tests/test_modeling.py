@@ -11,6 +11,7 @@ from transformers import (
 )
 
 from turner_tfm import (
+    TurnerConfig,
     TurnerForCausalLM,
     TurnerForImageClassification,
     TurnerForSequenceClassification,
@@ -285,6 +286,21 @@ def test_single_output_regression_infers_its_problem_type():
     outputs = model(**inputs, labels=labels)
     assert model.config.problem_type == "regression"
     torch.testing.assert_close(outputs.loss, torch.nn.functional.mse_loss(outputs.logits.squeeze(-1), labels))
+
+
+def test_default_image_classifier_sees_the_whole_image():
+    config = TurnerConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4)
+    model = TurnerForImageClassification(config).eval()
+    with torch.no_grad():
+        logits = model(torch.randn(4, 3, 16, 16)).logits
+    assert not torch.allclose(logits[0], logits[1:], atol=1e-6)
+
+
+def test_sinusoidal_positions_are_scaled_like_token_embeddings():
+    model = TurnerModel(text_config(position_embedding_type="sinusoidal", hidden_size=256, initializer_range=0.02))
+    positions = model.embeddings.embed_positions(torch.arange(1000))
+    tokens = model.embeddings.embed_tokens.weight
+    assert 0.5 < positions.std().item() / tokens.std().item() < 2.0
 
 
 def test_image_classifier_reads_the_class_token():

@@ -15,6 +15,7 @@ SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[Healt
 @st.composite
 def valid_configs(draw) -> TurnerConfig:
     heads = draw(st.integers(1, 4))
+    causal = draw(st.booleans())
     head_dim = draw(st.sampled_from([2, 4, 8]))
     return TurnerConfig(
         vocab_size=draw(st.integers(3, 50)),
@@ -25,14 +26,14 @@ def valid_configs(draw) -> TurnerConfig:
         intermediate_size=draw(st.integers(1, 48)),
         hidden_act=draw(st.sampled_from(["gelu", "gelu_new", "relu", "silu"])),
         max_position_embeddings=32,
-        is_causal=draw(st.booleans()),
+        is_causal=causal,
         position_embedding_type=draw(st.sampled_from(["learned", "sinusoidal", "none"])),
         norm_position=draw(st.sampled_from(["pre", "post"])),
         embedding_layer_norm=draw(st.booleans()),
         type_vocab_size=draw(st.integers(0, 2)),
         attention_bias=draw(st.booleans()),
         mlp_bias=draw(st.booleans()),
-        classifier_pooling=draw(st.sampled_from(["cls", "mean", "last"])),
+        classifier_pooling=draw(st.sampled_from(["mean", "last"] if causal else ["cls", "mean", "last"])),
         tie_word_embeddings=draw(st.booleans()),
         num_labels=draw(st.integers(2, 4)),
         pad_token_id=0,
@@ -95,7 +96,7 @@ INVALID_VALUES = {
         lambda v: v not in ("learned", "sinusoidal", "none")
     ),
     "norm_position": st.one_of(st.none(), st.text(max_size=8)).filter(lambda v: v not in ("pre", "post")),
-    "is_causal": st.one_of(st.integers(), st.text(max_size=3), st.none()),
+    "is_causal": st.one_of(st.integers(), st.text(max_size=3)),
     "hidden_act": st.text(max_size=8).filter(lambda v: v not in ("gelu", "relu", "tanh", "silu", "swish")),
     "type_vocab_size": st.one_of(st.integers(max_value=-1), st.floats()),
     "pad_token_id": st.one_of(st.integers(max_value=-1), st.integers(min_value=100)),

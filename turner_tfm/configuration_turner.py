@@ -37,6 +37,7 @@ _OPTIONAL = (
     "image_size",
     "classifier_pooling",
     "position_embedding_size",
+    "is_causal",
 )
 _NON_NEGATIVE_INTS = ("type_vocab_size",)
 _PROBABILITIES = ("hidden_dropout", "attention_dropout", "classifier_dropout")
@@ -94,7 +95,8 @@ class TurnerConfig(PreTrainedConfig):
     r"""Configuration for [`TurnerModel`] and its heads.
 
     A config with `image_size` set describes an image model (§4.2 of the paper: patches plus a class token);
-    otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1.
+    otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1; it defaults
+    to True for text and False for images.
 
     The paper's design choices and open questions are switches (defaults give the standard block):
     `share_query_key` (U_q = U_k, footnote 9), `position_embedding_type` (`"learned"`, `"sinusoidal"`, `"rotary"`
@@ -138,7 +140,7 @@ class TurnerConfig(PreTrainedConfig):
     classifier_dropout: float = 0.0
     attention_bias: bool = True
     mlp_bias: bool = True
-    is_causal: bool = True
+    is_causal: bool | None = None
     position_embedding_type: str = "learned"
     position_embedding_combine: str = "add"
     position_embedding_size: int | None = None
@@ -209,7 +211,7 @@ class TurnerConfig(PreTrainedConfig):
                 raise _invalid(name, value, "it must be a positive number")
         for name in _BOOLS:
             value = getattr(self, name)
-            if not isinstance(value, bool):
+            if not isinstance(value, bool) and not (value is None and name in _OPTIONAL):
                 raise _invalid(name, value, "it must be True or False")
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
@@ -229,7 +231,9 @@ class TurnerConfig(PreTrainedConfig):
                 raise _invalid(name, value, f"it must be None or a token id in [0, {self.vocab_size})")
 
     def _resolve_defaults(self) -> None:
-        """Fill the fields whose default depends on others (K = D / H, the MLP width, the number of positions)."""
+        """Fill the fields whose default depends on others (the mask, K = D / H, the MLP width, the positions)."""
+        if self.is_causal is None:  # text: the §4.1 language model; images: §4.2, every patch sees every patch
+            self.is_causal = not self.is_image_model
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
                 raise _invalid(
@@ -255,12 +259,24 @@ class TurnerConfig(PreTrainedConfig):
         elif self.max_position_embeddings is None:
             self.max_position_embeddings = _DEFAULT_TEXT_POSITIONS
         if self.classifier_pooling is None:
-            self.classifier_pooling = "cls" if self.is_image_model else ("last" if self.is_causal else "mean")
+            self.classifier_pooling = "last" if self.is_causal else ("cls" if self.is_image_model else "mean")
         if self.position_embedding_combine == "concat" and self.position_embedding_size is None:
             self.position_embedding_size = self.hidden_size // 4
 
     def _check_combinations(self) -> None:
         self._check_position_combinations()
+        if self.is_causal and self.classifier_pooling == "cls":
+            raise _invalid(
+                "classifier_pooling",
+                "cls",
+                "under the causal mask the first token attends only to itself, so a classifier reading it would "
+                "ignore the input; use 'last' or 'mean', or is_causal=False",
+            )
+        if self.is_causal and self.normalization == "batchnorm":
+            logger.warning(
+                "TurnerConfig: normalization='batchnorm' shares statistics across all tokens of a batch, so while "
+                "training later tokens change earlier outputs and the causal mask is not airtight (eval is exact)."
+            )
         if self.use_pooler and self.classifier_pooling != "cls":
             raise _invalid(
                 "use_pooler", self.use_pooler, "the pooler reads the first token; it needs classifier_pooling='cls'"

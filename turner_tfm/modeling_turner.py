@@ -162,20 +162,23 @@ def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batc
 class TurnerSinusoidalPositionEmbedding(nn.Module):
     """Fixed sinusoids of different frequencies (§3, Vaswani et al. 2017), computed for any position.
 
-    Called like `nn.Embedding`: position ids in, one D-vector per position out. Nothing is stored, so models with
-    these positions run past the length they were trained on.
+    Called like `nn.Embedding`: position ids in, one vector per position out. Nothing is stored, so models with these
+    positions run past the length they were trained on. The sinusoids are scaled so each feature has the standard
+    deviation of a freshly initialised token embedding (`scale`); unscaled, their norm sqrt(D/2) would drown the
+    tokens and the model would learn from positions alone.
     """
 
-    def __init__(self, embedding_dim: int, base: float = 10000.0):
+    def __init__(self, embedding_dim: int, scale: float = 1.0, base: float = 10000.0):
         super().__init__()
         self.embedding_dim = embedding_dim
+        self.scale = scale
         self.base = base
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
         half = self.embedding_dim // 2
         exponent = torch.arange(half, device=position_ids.device, dtype=torch.float32) / half
         angles = position_ids.float().unsqueeze(-1) * self.base**-exponent
-        sinusoids = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        sinusoids = torch.cat([angles.sin(), angles.cos()], dim=-1) * self.scale
         return nn.functional.pad(sinusoids, (0, self.embedding_dim - 2 * half))
 
 
@@ -188,8 +191,8 @@ def build_position_embedding(config: TurnerConfig) -> nn.Module | None:
     width = config.position_embedding_size if concatenated else config.hidden_size
     if config.position_embedding_type == "learned":
         return nn.Embedding(config.max_position_embeddings, width)
-    if config.position_embedding_type == "sinusoidal":
-        return TurnerSinusoidalPositionEmbedding(width)
+    if config.position_embedding_type == "sinusoidal":  # sin and cos have std 1/sqrt(2) over positions
+        return TurnerSinusoidalPositionEmbedding(width, scale=config.initializer_range * 2**0.5)
     return None
 
 
