@@ -7,6 +7,7 @@ answer at once.
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,6 +156,19 @@ def run_script(
         run(args)
     except UsageError as error:
         parser.error(str(error))
+    finally:
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Under `accelerate launch`, wait for every process, then close the group: a process that exits while gloo's
+    threads still run aborts ("terminate called without an active exception") and fails the whole launch."""
+    torch_module = sys.modules.get("torch")
+    if torch_module is None or not torch_module.distributed.is_available():
+        return
+    if torch_module.distributed.is_initialized():
+        torch_module.distributed.barrier()
+        torch_module.distributed.destroy_process_group()
 
 
 def _flag(dest: str) -> str:

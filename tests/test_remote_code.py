@@ -85,4 +85,5 @@ def test_saved_folder_loads_without_the_package(model_class, auto_name, config, 
     assert result.returncode == 0, result.stderr[-3000:]
     with torch.no_grad():
         expected = model(**inputs).logits
-    assert torch.equal(torch.load(tmp_path / "out.pt"), expected)
+    # identical to float noise (1e-6): a freshly loaded tensor's memory alignment may pick another kernel path
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-6, atol=1e-7)
