@@ -28,10 +28,9 @@ from typing import Any
 import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
-from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import environment, environment_markdown, markdown_table, set_threads, write_json
+from benchutils import add_run_arguments, environment, environment_markdown, markdown_table, start_run, write_json
 
 from turner_tfm import TurnerConfig, TurnerModel
 
@@ -95,8 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_run_arguments(parser, seed=None)
     return parser.parse_args(argv)
 
 
@@ -106,8 +104,7 @@ def growth(values: list[int], i: int) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    set_threads(args.threads)
-    hf_logging.set_verbosity_error()
+    start_run(args.threads)
     env = environment()
     lengths = sorted(args.lengths)
     results = []

@@ -28,17 +28,17 @@ from typing import Any
 
 import torch
 from transformers import CompileConfig
-from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
+    add_run_arguments,
     environment,
     environment_markdown,
     fmt_ratio,
     interleaved,
     markdown_table,
     paired_ratios,
-    set_threads,
+    start_run,
     summarize,
     write_json,
 )
@@ -115,18 +115,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--heads", type=int, default=6)
     parser.add_argument("--features", type=int, default=384)
-    parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per contender")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per contender (>= 1)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    set_threads(args.threads)
-    hf_logging.set_verbosity_error()
+    start_run(args.threads)
     env = environment()
     positions = max(512, args.prompt + args.new_tokens)
     shape = LMShape(layers=args.layers, heads=args.heads, features=args.features, context=positions)

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
+    add_run_arguments,
     environment,
     environment_markdown,
     fmt_ms,
@@ -30,7 +30,7 @@ from benchutils import (
     interleaved,
     markdown_table,
     paired_ratios,
-    set_threads,
+    start_run,
     summarize,
     write_json,
 )
@@ -83,19 +83,14 @@ def bench_shape(name: str, repeats: int, warmup: int, batch: int | None, seed: i
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["nanogpt-cpu", "nanogpt-gpu"], choices=sorted(SHAPES))
-    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions per contender")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed repetitions per contender")
     parser.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_run_arguments(parser, repeats=30, warmup=3)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    set_threads(args.threads)
-    hf_logging.set_verbosity_error()
+    start_run(args.threads)
     env = environment()
     results = [bench_shape(name, args.repeats, args.warmup, args.batch, args.seed) for name in args.shapes]
     rows = []

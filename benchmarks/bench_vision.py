@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
+    add_run_arguments,
     environment,
     environment_markdown,
     fmt_ms,
@@ -26,7 +26,7 @@ from benchutils import (
     interleaved,
     markdown_table,
     paired_ratios,
-    set_threads,
+    start_run,
     summarize,
     write_json,
 )
@@ -59,18 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--features", type=int, default=192)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--patch-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions per contender")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed repetitions per contender")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_run_arguments(parser, repeats=30, warmup=3)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    set_threads(args.threads)
-    hf_logging.set_verbosity_error()
+    start_run(args.threads)
     env = environment()
     shape = ImageShape(
         layers=args.layers,

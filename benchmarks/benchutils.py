@@ -7,6 +7,7 @@ hits both sides alike.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -128,6 +129,25 @@ def set_threads(threads: int | None) -> None:
     """Pin torch's intra-op thread count (None: leave torch's default)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+def add_run_arguments(
+    parser: argparse.ArgumentParser, repeats: int | None = None, warmup: int = 3, seed: int | None = 0
+) -> None:
+    """The flags the benchmarks share: repetitions (timed ones only), threads, seed and the JSON output."""
+    if repeats is not None:
+        parser.add_argument("--repeats", type=int, default=repeats, help="timed repetitions per contender")
+        parser.add_argument("--warmup", type=int, default=warmup, help="untimed repetitions per contender (>= 1)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    if seed is not None:
+        parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+
+
+def start_run(threads: int | None) -> None:
+    """Before measuring: pin the threads and quiet transformers' logging."""
+    set_threads(threads)
+    transformers.logging.set_verbosity_error()
 
 
 def fmt_ratio(value: float) -> str:

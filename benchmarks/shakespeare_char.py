@@ -32,10 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
-from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import environment, environment_markdown, markdown_table, set_threads, write_json
+from benchutils import add_run_arguments, environment, environment_markdown, markdown_table, start_run, write_json
 
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
@@ -158,19 +157,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-stride", type=int, default=None, help="validation window stride (default: context)")
     parser.add_argument("--extra-eval-stride", type=int, default=None, help="also report a sliding-window loss")
     parser.add_argument("--eval-limit", type=int, default=None, help="score only the first N validation characters")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--logging-steps", type=int, default=100)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/turner_shakespeare_char"))
     parser.add_argument("--save", action="store_true", help="save the trained model to --output-dir/final")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    add_run_arguments(parser, seed=1337)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    set_threads(args.threads)
-    hf_logging.set_verbosity_error()
+    start_run(args.threads)
     text = args.text.read_text(encoding="utf-8")
     codec = CharCodec(text)
     data = codec.encode(text)
