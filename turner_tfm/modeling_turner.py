@@ -577,7 +577,7 @@ class TurnerModel(TurnerPreTrainedModel):
             use_cache = False
         else:
             hidden_states, past_key_values, position_ids = self._embed_text(
-                input_ids, inputs_embeds, position_ids, token_type_ids, past_key_values, use_cache
+                input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, past_key_values, use_cache
             )
         mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids)
         rotations = self._rotations(hidden_states, position_ids)
@@ -603,6 +603,7 @@ class TurnerModel(TurnerPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
         position_ids: torch.LongTensor | None,
         token_type_ids: torch.LongTensor | None,
         past_key_values: Cache | None,
@@ -616,8 +617,10 @@ class TurnerModel(TurnerPreTrainedModel):
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
             past_key_values = DynamicCache(config=self.config)
+        past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if not is_torchdynamo_compiling():
+            check_attention_mask(attention_mask, inputs_embeds.shape[0], past_seen + inputs_embeds.shape[1])
         if position_ids is None:
-            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
             position_ids = position_ids.unsqueeze(0)
         self._check_positions(position_ids)
@@ -656,9 +659,6 @@ class TurnerModel(TurnerPreTrainedModel):
         position_ids: torch.Tensor | None,
     ) -> torch.Tensor | None:
         """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding."""
-        if not is_torchdynamo_compiling():
-            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-            check_attention_mask(attention_mask, hidden_states.shape[0], past_seen + hidden_states.shape[1])
         if self.config.is_causal:
             return create_causal_mask(
                 config=self.config,
