@@ -30,7 +30,7 @@ from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import add_run_arguments, environment, environment_markdown, markdown_table, start_run, write_json
+from benchutils import add_run_arguments, environment_markdown, markdown_table, start_run, write_json
 
 from turner_tfm import TurnerConfig, TurnerModel
 
@@ -104,8 +104,7 @@ def growth(values: list[int], i: int) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    start_run(args.threads)
-    env = environment()
+    env = start_run(args.threads)
     lengths = sorted(args.lengths)
     results = []
     print(environment_markdown(env))

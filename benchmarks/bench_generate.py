@@ -32,7 +32,6 @@ from transformers import CompileConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
-    environment,
     environment_markdown,
     fmt_ratio,
     interleaved,
@@ -121,8 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    start_run(args.threads)
-    env = environment()
+    env = start_run(args.threads)
     positions = max(512, args.prompt + args.new_tokens)
     shape = LMShape(layers=args.layers, heads=args.heads, features=args.features, context=positions)
     results = []

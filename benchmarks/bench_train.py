@@ -23,7 +23,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
-    environment,
     environment_markdown,
     fmt_ms,
     fmt_ratio,
@@ -90,8 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    start_run(args.threads)
-    env = environment()
+    env = start_run(args.threads)
     results = [bench_shape(name, args.repeats, args.warmup, args.batch, args.seed) for name in args.shapes]
     rows = []
     for r in results:

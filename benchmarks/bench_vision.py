@@ -19,7 +19,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
-    environment,
     environment_markdown,
     fmt_ms,
     fmt_ratio,
@@ -65,8 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    start_run(args.threads)
-    env = environment()
+    env = start_run(args.threads)
     shape = ImageShape(
         layers=args.layers,
         heads=args.heads,

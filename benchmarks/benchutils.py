@@ -144,10 +144,11 @@ def add_run_arguments(
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
-def start_run(threads: int | None) -> None:
-    """Before measuring: pin the threads and quiet transformers' logging."""
+def start_run(threads: int | None) -> dict[str, Any]:
+    """Before measuring: pin the threads, quiet transformers' logging, and return the environment to report."""
     set_threads(threads)
     transformers.logging.set_verbosity_error()
+    return environment()
 
 
 def fmt_ratio(value: float) -> str:
