@@ -2,7 +2,6 @@
 sharded with FSDP2 (`fully_shard`) under torchrun, whose gathered weights match single-process training."""
 
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -11,13 +10,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .fsdp_worker import global_batch, tiny_model, train
-from .workflow_utils import EXAMPLES, TINY_MODEL, run_example, script_env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from .workflow_utils import EXAMPLES, TINY_MODEL, free_port, run_example, script_env
 
 
 def test_accelerate_launch_trains_on_two_processes_and_the_result_loads(tmp_path: Path) -> None:

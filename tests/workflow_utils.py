@@ -3,6 +3,7 @@ it printed."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,13 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 TINY_MODEL = ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "4"]
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:

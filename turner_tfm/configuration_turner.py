@@ -116,14 +116,6 @@ class TurnerConfig(PreTrainedConfig):
 
     model_type = "turner"
     keys_to_ignore_at_inference = ["past_key_values"]
-    base_model_tp_plan = {
-        "layers.*.self_attn.q_proj": "colwise",
-        "layers.*.self_attn.k_proj": "colwise",
-        "layers.*.self_attn.v_proj": "colwise",
-        "layers.*.self_attn.o_proj": "rowwise",
-        "layers.*.mlp.up_proj": "colwise",
-        "layers.*.mlp.down_proj": "rowwise",
-    }
 
     vocab_size: int = 32000
     hidden_size: int = 768
@@ -173,6 +165,54 @@ class TurnerConfig(PreTrainedConfig):
         self._resolve_defaults()
         self._check_combinations()
         super().__post_init__(**kwargs)
+
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """Tensor parallel plan of the backbone, built from this config so every rule names a module it has.
+
+        Megatron-style: the vocabulary is split across ranks (so a tied `lm_head` shards against a sharded
+        embedding), each rank holds whole heads of `q_proj`/`k_proj`/`v_proj` and the matching columns of `o_proj`,
+        and a slice of the MLP's hidden features. With `share_query_key` there is no `k_proj` (U_k = U_q); with two
+        hidden layers the second is row-split and the last column-split and gathered. Everything else (norms,
+        positions, token types, patches, pooler) is replicated.
+        """
+        attention = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
+        if self.share_query_key:
+            del attention["k_proj"]
+        mlp = {"up_proj": "colwise", "down_proj": "rowwise"}
+        if self.mlp_hidden_layers == 2:
+            mlp = {"up_proj": "colwise", "hidden_proj": "rowwise", "down_proj": "colwise_gather_output"}
+        plan = {} if self.is_image_model else {"embeddings.embed_tokens": "embedding_rowwise"}
+        plan |= {f"layers.*.self_attn.{name}": style for name, style in attention.items()}
+        return plan | {f"layers.*.mlp.{name}": style for name, style in mlp.items()}
+
+    @property
+    def base_model_fsdp_plan(self) -> dict[str, str]:
+        """FSDP2 plan of the backbone: the token (or patch) embedding and every block free their gathered weights
+        after use; the final norm keeps them (it runs last in the forward pass and first in the backward pass). A
+        tied `lm_head` is wrapped with the token embedding, whose weight it is."""
+        embedding = "embeddings" if self.is_image_model else "embeddings.embed_tokens"
+        plan = {embedding: "free_full_weight", "layers.*": "free_full_weight"}
+        return plan | ({"norm": "keep_full_weight"} if self.norm_position == "pre" else {})
+
+    def check_parallelism(self, tp_size: int = 1, data_parallel_size: int = 1) -> None:
+        """Refuse, before any weight is loaded, a sharding under which this config would not give one process's
+        numbers: heads split across tensor-parallel ranks, or batch statistics split across data-parallel ones."""
+        if tp_size > 1 and self.num_attention_heads % tp_size:
+            raise _invalid(
+                "num_attention_heads",
+                self.num_attention_heads,
+                f"tensor parallelism gives each of the tp_size={tp_size} ranks whole heads; use a tp_size that "
+                "divides it",
+            )
+        if data_parallel_size > 1 and self.normalization == "batchnorm":
+            raise _invalid(
+                "normalization",
+                self.normalization,
+                f"sharded over {data_parallel_size} data-parallel processes, each would normalise with the statistics "
+                "of its own part of the batch, not the whole batch's; use 'layernorm' or 'rmsnorm', or tensor "
+                "parallelism (whose ranks all see the whole batch)",
+            )
 
     @property
     def is_image_model(self) -> bool:

@@ -20,6 +20,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.distributed import DistributedConfig
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -503,6 +504,19 @@ class TurnerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A class torch makes at run time around a Turner model (FSDP2's `FSDP<Name>`) keeps the model's module and
+        name, so `save_pretrained` of a sharded model copies this file and writes the model's own class into
+        `auto_map`, not torch's FSDP sources and a class nobody can import."""
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("torch."):
+            model_class = next(base for base in cls.__mro__[1:] if issubclass(base, TurnerPreTrainedModel))
+            cls.__module__, cls.__name__, cls.__qualname__ = (
+                model_class.__module__,
+                model_class.__name__,
+                model_class.__qualname__,
+            )
+
     @classmethod
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs
@@ -515,6 +529,18 @@ class TurnerPreTrainedModel(PreTrainedModel):
                 f"The weights of {str(pretrained_model_name_or_path)!r} cannot be read: the safetensors file is "
                 f"truncated or corrupted ({error}). Save or download the checkpoint again."
             ) from error
+
+    def _resolve_parallel_plans(self, distributed_config: DistributedConfig) -> tuple[dict, dict, dict]:
+        """transformers' plan resolution for `from_pretrained(distributed_config=...)`, run before any weight loads:
+        first refuse a sharding this config cannot take without changing its numbers.
+
+        Under FSDP a tied `lm_head` is tied here, before sharding: FSDP2 must see one shared parameter (transformers
+        ties only after loading, by which time FSDP would hold, and train, a second, stale copy of the head).
+        """
+        self.config.check_parallelism(distributed_config.tp_size, distributed_config.dp_size)
+        if distributed_config.dp_size > 1:
+            self.tie_weights()
+        return super()._resolve_parallel_plans(distributed_config)
 
     def _require_modality(self, config: TurnerConfig, image: bool) -> None:
         """A text head needs a text config and the image head an image config (`image_size` set)."""
@@ -705,6 +731,7 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
 
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
+    _fsdp_plan = {"lm_head": "keep_full_weight"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
 
     def __init__(self, config: TurnerConfig):
@@ -713,6 +740,14 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
         self.model = TurnerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def init_parallel_plans(self) -> None:
+        """The plans of the backbone and the head; a tied embedding and `lm_head` share one weight, which FSDP2
+        keeps in one group: the root's, not a group of the embedding's own."""
+        super().init_parallel_plans()
+        if self.config.tie_word_embeddings:
+            self._fsdp_plan.pop("model.embeddings.embed_tokens", None)
+            self._fsdp_plan.pop("lm_head", None)
 
     @can_return_tuple
     def forward(

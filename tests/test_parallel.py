@@ -1,0 +1,167 @@
+"""Past one process: tensor parallel and FSDP2 through `from_pretrained(distributed_config=...)`, checked in real
+processes (gloo on 127.0.0.1, a free port, a timeout) against one process, for every switch. The plans themselves
+are checked in this process: every rule names a module the config builds, and what cannot be sharded is refused."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.distributed.parallel_utils import replace_layer_number_by_wildcard
+
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForCausalLM,
+    TurnerForImageClassification,
+    TurnerForSequenceClassification,
+    TurnerModel,
+)
+
+from .parallel_worker import CASES
+from .tiny import image_config, text_config
+from .workflow_utils import free_port, script_env
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD_SIZE = 2
+COMBINED = ("everything", "classifier-everything", "wide")  # the slow sweep
+SWITCHES = [case for case, (head, _) in CASES.items() if head == "lm" and case not in (*COMBINED, "odd-heads")]
+
+
+def launch_ranks(mode: str, *cases: str, tmp_path: Path, timeout: float = 300) -> str:
+    """Run `tests/parallel_worker.py MODE` in WORLD_SIZE processes; return their output, rank by rank. If any process
+    fails or the run outlasts `timeout`, every process is stopped and the test fails showing every rank's output."""
+    env = script_env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(WORLD_SIZE))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.parallel_worker", mode, str(tmp_path), *cases],
+            cwd=tmp_path,
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(WORLD_SIZE)
+    ]
+    deadline, outputs = time.monotonic() + timeout, []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=max(deadline - time.monotonic(), 1))[0])
+    except subprocess.TimeoutExpired:
+        outputs.append(f"(no exit within {timeout} s)")
+    finally:
+        for process in processes:
+            process.kill()
+    if len(outputs) < WORLD_SIZE or any(process.returncode for process in processes):
+        report = "\n".join(
+            f"===== rank {rank} (exit {process.returncode}) =====\n{output[-4000:]}"
+            for rank, (process, output) in enumerate(zip(processes, outputs, strict=True))
+        )
+        pytest.fail(f"parallel_worker.py {mode} failed:\n{report}")
+    return "\n".join(outputs)
+
+
+def assert_every_rank_said(output: str, cases: list[str], message: str) -> None:
+    for rank in range(WORLD_SIZE):
+        for case in cases:
+            assert f"rank {rank}: {case}: {message}" in output, f"rank {rank} did not report {case!r}:\n{output}"
+
+
+def test_tensor_parallel_matches_one_process_for_every_switch_and_head(tmp_path: Path) -> None:
+    cases = [*SWITCHES, "sequence-classifier", "image-classifier"]
+    output = launch_ranks("tp", *cases, tmp_path=tmp_path)
+    assert_every_rank_said(output, cases, "logits, loss")
+    assert_every_rank_said(output, SWITCHES, "greedy generate() gives the same tokens")
+    # the vocabulary of 99 does not divide by 2: the ranks hold 50 and 49 rows of the input embedding
+    assert "rank 0: tied: holds 50 of 99 rows" in output and "rank 1: tied: holds 49 of 99 rows" in output
+
+
+@pytest.mark.slow
+def test_tensor_parallel_matches_one_process_with_switches_combined(tmp_path: Path) -> None:
+    output = launch_ranks("tp", *COMBINED, tmp_path=tmp_path)
+    assert_every_rank_said(output, list(COMBINED), "logits, loss")
+
+
+def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(tmp_path: Path) -> None:
+    output = launch_ranks("fsdp", "tied", "untied", tmp_path=tmp_path)
+    assert_every_rank_said(output, ["tied", "untied"], "3 SGD steps under FSDP give DDP's weights")
+    assert "rank 0: untied: FSDP wraps lm_head, model.embeddings.embed_tokens, model.layers.0" in output
+    for case in ("tied", "untied"):
+        expected = torch.load(tmp_path / f"{case}-expected.pt")
+        for saved in ("full", "dcp"):  # save_pretrained(), and save_pretrained(distributed_checkpoint=True)
+            folder = tmp_path / f"{case}-{saved}"
+            auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+            assert auto_map["AutoModelForCausalLM"] == "modeling_turner.TurnerForCausalLM", auto_map
+            assert "modeling_turner.py" in {path.name for path in folder.iterdir()}
+            assert not list(folder.glob("_fsdp*.py")), "torch's FSDP sources were copied as the model's code"
+            model = AutoModelForCausalLM.from_pretrained(folder).eval()
+            with torch.no_grad():
+                logits = model(**expected["inputs"]).logits
+            torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5, msg=f"{case}-{saved}")
+
+
+def test_unshardable_configs_are_refused_by_name_before_loading(tmp_path: Path) -> None:
+    output = launch_ranks("refuse", "odd-heads:tp", "batchnorm:fsdp", tmp_path=tmp_path)
+    assert "rank 1: odd-heads: refused under tp: TurnerConfig: `num_attention_heads`=3 is invalid" in output
+    assert "rank 0: batchnorm: refused under fsdp: TurnerConfig: `normalization`='batchnorm' is invalid" in output
+
+
+def all_names(model: torch.nn.Module) -> set[str]:
+    named = [*model.named_modules(), *model.named_parameters()]
+    return {replace_layer_number_by_wildcard(name) for name, _ in named}
+
+
+@pytest.mark.parametrize(
+    ("model_class", "config"),
+    [
+        (TurnerForCausalLM, text_config(**overrides))
+        for _, (_, overrides) in CASES.items()
+        if "hidden_size" not in overrides
+    ]
+    + [
+        (TurnerForSequenceClassification, text_config(is_causal=False, use_pooler=True, classifier_pooling="cls")),
+        (TurnerForImageClassification, image_config()),
+        (TurnerModel, text_config(mlp_hidden_layers=2, share_query_key=True)),
+    ],
+)
+def test_every_plan_rule_names_a_module_the_config_builds(model_class: type, config: TurnerConfig) -> None:
+    model = model_class(config)
+    names = all_names(model)
+    for plan in (model.tp_plan, model.fsdp_plan):
+        assert set(plan) <= names, f"rules naming nothing: {sorted(set(plan) - names)}"
+    projections = {name.rsplit(".", 1)[-1] for name in model.tp_plan if ".layers." in f".{name}"}
+    assert ("k_proj" in projections) != config.share_query_key
+    assert ("hidden_proj" in projections) == (config.mlp_hidden_layers == 2)
+    embedding_rules = [style for name, style in model.tp_plan.items() if name.endswith("embed_tokens")]
+    assert embedding_rules == ([] if config.is_image_model else ["embedding_rowwise"])
+
+
+def test_a_tied_head_shares_the_root_fsdp_group_and_an_untied_one_has_its_own() -> None:
+    tied, untied = TurnerForCausalLM(text_config()), TurnerForCausalLM(text_config(tie_word_embeddings=False))
+    assert "lm_head" not in tied.fsdp_plan and "model.embeddings.embed_tokens" not in tied.fsdp_plan
+    assert untied.fsdp_plan["lm_head"] == "keep_full_weight"
+    assert untied.fsdp_plan["model.embeddings.embed_tokens"] == "free_full_weight"
+    assert untied.fsdp_plan["model.layers.*"] == "free_full_weight"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "sizes", "field"),
+    [
+        ({"hidden_size": 48, "num_attention_heads": 3}, {"tp_size": 2}, "num_attention_heads"),
+        ({"hidden_size": 48, "num_attention_heads": 6}, {"tp_size": 4}, "num_attention_heads"),
+        ({"normalization": "batchnorm"}, {"data_parallel_size": 2}, "normalization"),
+    ],
+)
+def test_check_parallelism_names_the_field(overrides: dict, sizes: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        text_config(**overrides).check_parallelism(**sizes)
+
+
+def test_check_parallelism_accepts_what_shards_exactly() -> None:
+    text_config(normalization="batchnorm").check_parallelism(tp_size=2)  # every rank sees the whole batch
+    text_config(hidden_size=48, num_attention_heads=6).check_parallelism(tp_size=3, data_parallel_size=2)
