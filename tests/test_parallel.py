@@ -165,3 +165,18 @@ def test_check_parallelism_names_the_field(overrides: dict, sizes: dict, field: 
 def test_check_parallelism_accepts_what_shards_exactly() -> None:
     text_config(normalization="batchnorm").check_parallelism(tp_size=2)  # every rank sees the whole batch
     text_config(hidden_size=48, num_attention_heads=6).check_parallelism(tp_size=3, data_parallel_size=2)
+
+
+def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
+    command += [str(REPO / "benchmarks" / "bench_parallel.py"), "--hidden-size", "128", "--num-hidden-layers", "2"]
+    command += ["--vocab-size", "512", "--tokens", "16", "--prompt", "8", "--new-tokens", "4", "--repeats", "2"]
+    command += ["--warmup", "1", "--json", str(tmp_path / "parallel.json")]
+    result = subprocess.run(command, env=script_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    report = json.loads((tmp_path / "parallel.json").read_text())
+    assert report["max_logit_difference"] < 1e-4
+    memory = report["parameter_mib_rank0"]
+    assert memory["one process"] / 2 <= memory["tensor parallel"] < 0.7 * memory["one process"]  # positions: whole
+    assert set(report["results"]) == {"forward", "decode"}
+    assert "| decode | tensor parallel |" in result.stdout
