@@ -177,8 +177,9 @@ def _flag(dest: str) -> str:
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Checks that span several flags; a failure exits with a message naming the flags, values and what is valid."""
-    if args.max_steps == 0 or args.max_steps < -1:
-        parser.error(f"argument --max-steps: {args.max_steps} is not valid: expected an integer >= 1, or -1")
+    max_steps = getattr(args, "max_steps", -1)
+    if max_steps == 0 or max_steps < -1:
+        parser.error(f"argument --max-steps: {max_steps} is not valid: expected an integer >= 1, or -1")
     hidden, heads = getattr(args, "hidden_size", None), getattr(args, "num_attention_heads", None)
     if hidden is not None and heads is not None and hidden % heads:
         parser.error(

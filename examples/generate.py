@@ -1,0 +1,73 @@
+"""Continue a prompt with a saved Turner language model, in one process or sharded over several (tensor parallel).
+
+Each process of a tensor-parallel run holds a slice of every weight matrix (whole attention heads, part of the MLP,
+part of the vocabulary) and the processes exchange partial results at every layer; the tokens are the same as in
+one process.
+
+    python examples/generate.py ./turner-quickstart --prompt "Return the"
+    torchrun --nproc_per_node 2 examples/generate.py ./turner-quickstart --prompt "Return the" --tp-size 2
+"""
+
+import argparse
+import os
+import sys
+
+from _cli import UsageError, new_parser, positive_int, run_script
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("model_name_or_path", help="a saved Turner causal LM folder (with its tokenizer)")
+    parser.add_argument("--prompt", default="Return the", help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=50, help="tokens to generate (greedy)")
+    parser.add_argument(
+        "--tp-size",
+        type=positive_int,
+        default=1,
+        help="tensor-parallel processes (as in transformers.DistributedConfig); start that many with torchrun",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(build_parser(), run, argv, model_hint="Train one with examples/quickstart.py.")
+
+
+def run(args: argparse.Namespace) -> None:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.tp_size != world_size:
+        raise UsageError(
+            f"argument --tp-size: {args.tp_size} is not valid: it must equal the number of processes, {world_size} "
+            f"(start {args.tp_size} with: torchrun --nproc_per_node {args.tp_size} examples/generate.py ...)"
+        )
+    import _common
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
+
+    import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
+
+    sharding = {"distributed_config": DistributedConfig(tp_size=args.tp_size)} if args.tp_size > 1 else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **sharding)
+    except ValueError as error:  # a config the plan cannot shard is refused by name
+        raise UsageError(f"argument --tp-size: {args.tp_size} is not valid for this model: {error}") from None
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    _common.check_sample_length(args, tokenizer, model.config)
+    inputs = tokenizer(args.prompt, return_tensors="pt")
+    output = model.eval().generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
+    _common.announce(f"{held_parameters(model)}\n{tokenizer.decode(output[0], skip_special_tokens=True)}")
+
+
+def held_parameters(model: object) -> str:
+    """How many of the model's parameters this process holds: all of them, or its shard of each sharded tensor."""
+    from torch.distributed.tensor import DTensor
+
+    parameters = list(model.parameters())
+    total = sum(parameter.numel() for parameter in parameters)
+    if not model.tp_size:
+        return f"model: {total:,} parameters in one process"
+    held = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in parameters)
+    return f"model: {total:,} parameters; tensor parallel over {model.tp_size} processes, the first holds {held:,}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
