@@ -162,6 +162,12 @@ def check_tensor_parallel(case: str, work_dir: Path) -> None:
     reference.eval(), sharded.eval()
     with torch.no_grad():
         expect_close(case, "eval logits", sharded(**inputs).logits, reference(**inputs).logits)
+        for implementation in ("eager", "sdpa"):  # every head's attention weights, as in one process
+            reference.set_attn_implementation(implementation), sharded.set_attn_implementation(implementation)
+            expected = reference(**inputs, output_attentions=True).attentions
+            attentions = sharded(**inputs, output_attentions=True).attentions
+            for layer, (actual, wanted) in enumerate(zip(attentions, expected, strict=True)):
+                expect_close(case, f"{implementation} attention weights of layer {layer}", actual, wanted)
 
     reference.train(), sharded.train()
     labels = labels_for(case, inputs)

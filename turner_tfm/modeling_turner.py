@@ -491,6 +491,18 @@ class TurnerBlock(GradientCheckpointingLayer):
         return norm(x + self.dropout(sublayer(x)))
 
 
+def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) -> tuple:
+    """Under tensor parallelism each rank computes A for its own heads: the attention weights it returns (eager
+    attention, `output_attentions=True`) are every head's, gathered from all ranks, as in one process."""
+    attn_output, attn_weights = output
+    if attn_weights is None:
+        return output
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = module.q_proj.weight.device_mesh
+    return attn_output, DTensor.from_local(attn_weights, mesh, [Shard(1)], run_check=False).full_tensor()
+
+
 class TurnerPreTrainedModel(PreTrainedModel):
     config: TurnerConfig
     base_model_prefix = "model"
@@ -540,6 +552,10 @@ class TurnerPreTrainedModel(PreTrainedModel):
         self.config.check_parallelism(distributed_config.tp_size, distributed_config.dp_size)
         if distributed_config.dp_size > 1:
             self.tie_weights()
+        if distributed_config.tp_size > 1:
+            for module in self.modules():
+                if isinstance(module, TurnerAttention):
+                    module.register_forward_hook(gather_attention_heads, prepend=True)
         return super()._resolve_parallel_plans(distributed_config)
 
     def _require_modality(self, config: TurnerConfig, image: bool) -> None:
