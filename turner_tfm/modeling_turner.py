@@ -490,6 +490,18 @@ class TurnerBlock(GradientCheckpointingLayer):
         return norm(x + self.dropout(sublayer(x)))
 
 
+# The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
+# them all, and every saved folder names its modality's in `auto_map`, whichever class was saved.
+AUTO_CLASSES = {
+    False: {
+        "AutoModel": "TurnerModel",
+        "AutoModelForCausalLM": "TurnerForCausalLM",
+        "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
+    },
+    True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
+}
+
+
 class TurnerPreTrainedModel(PreTrainedModel):
     config: TurnerConfig
     base_model_prefix = "model"
@@ -515,6 +527,19 @@ class TurnerPreTrainedModel(PreTrainedModel):
                 f"The weights of {str(pretrained_model_name_or_path)!r} cannot be read: the safetensors file is "
                 f"truncated or corrupted ({error}). Save or download the checkpoint again."
             ) from error
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """`PreTrainedModel.save_pretrained`, with `auto_map` naming every Auto class of the model's modality, so
+        `AutoModel` (feature extraction, sentence-transformers, serving engines) and every head load the folder with
+        `trust_remote_code=True`, whichever class saved it."""
+        if self.is_remote_code():
+            module = type(self).__module__.rsplit(".", 1)[-1]
+            classes = AUTO_CLASSES[self.config.is_image_model]
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                **{auto: f"{module}.{name}" for auto, name in classes.items()},
+            }
+        super().save_pretrained(save_directory, *args, **kwargs)
 
     def _require_modality(self, config: TurnerConfig, image: bool) -> None:
         """A text head needs a text config and the image head an image config (`image_size` set)."""
