@@ -570,11 +570,17 @@ class TurnerModel(TurnerPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Module | None:
-        return getattr(self.embeddings, "embed_tokens", None)
+    def get_input_embeddings(self) -> nn.Module:
+        """The token embedding table, or for images the patch embedding W (§4.2, as ViT returns its own), whose
+        output adapters and gradient checkpointing make require grad."""
+        return getattr(self.embeddings, self._input_embedding_name)
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.embed_tokens = value
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        setattr(self.embeddings, self._input_embedding_name, value)
+
+    @property
+    def _input_embedding_name(self) -> str:
+        return "patch_embed" if self.config.is_image_model else "embed_tokens"
 
     @merge_with_config_defaults
     @capture_outputs
