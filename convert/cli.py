@@ -1,4 +1,5 @@
-"""The command line: `python -m convert {gpt2,vit,bert} SRC OUT [--reverse]`.
+"""The command line: `python -m convert {gpt2,vit,bert} SRC OUT [--reverse]` from a clone of the repository; once
+installed, `turner-convert ...` or `python -m turner_tfm.convert ...`.
 
 Forward, SRC is a checkpoint of the named family (a folder or a Hub id); OUT gets the Turner model
 (`save_pretrained`: weights, config with `auto_map`, the model code) and SRC's companions: its tokenizer or image
@@ -260,17 +261,24 @@ def _override(text: str) -> tuple[str, object]:
         return key, value
 
 
+def program_name() -> str:
+    """How the user ran the converter: the installed command, or `python -m` and this package's name."""
+    command = Path(sys.argv[0]).name
+    return command if command == "turner-convert" else f"python -m {__package__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    prog = program_name()
     parser = argparse.ArgumentParser(
-        prog="python -m convert",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-        "  python -m convert gpt2 openai-community/gpt2 gpt2-turner\n"
-        "  python -m convert gpt2 gpt2-turner gpt2-again --reverse\n"
-        "  python -m convert bert sentence-transformers/all-MiniLM-L6-v2 minilm-turner\n"
-        "  python -m convert vit google/vit-base-patch16-224 vit-turner\n"
-        "run `python -m convert FAMILY --help` for what each family converts and refuses.",
+        f"  {prog} gpt2 openai-community/gpt2 gpt2-turner\n"
+        f"  {prog} gpt2 gpt2-turner gpt2-again --reverse\n"
+        f"  {prog} bert sentence-transformers/all-MiniLM-L6-v2 minilm-turner\n"
+        f"  {prog} vit google/vit-base-patch16-224 vit-turner\n"
+        f"run `{prog} FAMILY --help` for what each family converts and refuses.",
     )
     families = parser.add_subparsers(dest="family", required=True, metavar="{gpt2,vit,bert}")
     for family, (converter, doc) in FAMILIES.items():
@@ -303,13 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         outcome = convert_checkpoint(
             args.family, args.src, args.out, args.reverse, args.architecture, dict(args.overrides)
         )
     except ValueError as error:
-        print(f"python -m convert: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     print("\n".join(outcome.lines(args.src, args.out)))
     return 0
