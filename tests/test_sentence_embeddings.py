@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from sentence_transformers import SentenceTransformer, models
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer import modules
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from convert.cli import main
@@ -100,9 +101,9 @@ def build_sentence_bert(folder: Path) -> SentenceTransformer:
         folder / "bert"
     )
     tokenizer.save_pretrained(folder / "bert")
-    transformer = models.Transformer(str(folder / "bert"), max_seq_length=16)
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), "mean")
-    model = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu")
+    transformer = modules.Transformer(str(folder / "bert"), max_seq_length=16)
+    pooling = modules.Pooling(transformer.get_embedding_dimension(), "mean")
+    model = SentenceTransformer(modules=[transformer, pooling, modules.Normalize()], device="cpu")
     model.save(str(folder / "source"))
     return model
 
