@@ -41,8 +41,10 @@ PAIRS = [
     for saved, (_, config) in SAVED_CLASSES.items()
     for auto_name in AUTO_CLASSES[config.is_image_model]
 ]
-# Loads each (folder, Auto class) pair, seeded, and saves its main output and the last block's hidden states.
-PAIR_LOADER = textwrap.dedent(
+# Runs in a fresh interpreter, outside the repository, where `import turner_tfm` fails. For each job (folder, Auto
+# class, inputs file, outputs file) it loads the folder as remote code, seeded (a head the folder lacks gets the same
+# fresh weights as under the same seed here), and saves its main output and the last block's hidden states.
+REMOTE_LOADER = textwrap.dedent(
     """
     import json, sys
     sys.modules["turner_tfm"] = None
@@ -63,6 +65,20 @@ PAIR_LOADER = textwrap.dedent(
         torch.save([outputs[0], outputs.hidden_states[-1]], outputs_file)
     """
 )
+
+
+def load_without_the_package(jobs: list[list[str]], cwd: Path) -> list[list[torch.Tensor]]:
+    """Run `REMOTE_LOADER` on `jobs` ([folder, Auto class name, inputs file, outputs file]); each job's outputs."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(torch.get_num_threads())],
+        cwd=cwd,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf_home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [torch.load(job[3]) for job in jobs]
 
 
 def pair_inputs(config: TurnerConfig) -> dict[str, torch.Tensor]:
@@ -102,16 +118,7 @@ def pair_runs(tmp_path_factory) -> PairRuns:
         jobs.append(
             [str(root / saved), auto_name, str(root / f"{saved}.inputs.pt"), str(root / f"{saved}.{auto_name}.pt")]
         )
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", PAIR_LOADER, json.dumps(jobs), str(torch.get_num_threads())],
-        cwd=root,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    remote = {pair: torch.load(job[3]) for pair, job in zip(PAIRS, jobs, strict=True)}
+    remote = dict(zip(PAIRS, load_without_the_package(jobs, root), strict=True))
     return PairRuns(root, saved_outputs, local, remote)
 
 
