@@ -20,6 +20,7 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     BertForSequenceClassification,
+    GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
     PreTrainedModel,
@@ -226,3 +227,12 @@ def test_reverse_writes_a_folder_the_family_class_loads(runs, tmp_path):
     assert main(["vit", str(root / "vit-turner"), str(tmp_path / "vit"), "--reverse"]) == 0
     assert_same_state_dict(runs.sources["vit"], ViTForImageClassification.from_pretrained(tmp_path / "vit"))
     assert (tmp_path / "vit" / "preprocessor_config.json").is_file()
+
+
+def test_companions_cross_even_when_the_converted_class_does_not_use_them(runs, tmp_path, capsys):
+    """A base model writes no generation config of its own; SRC's is carried anyway, as is its tokenizer."""
+    assert main(["gpt2", str(runs.root / "gpt2"), str(tmp_path / "base"), "--architecture", "GPT2Model"]) == 0
+    assert "copied from SRC: tokenizer, generation config" in capsys.readouterr().out
+    carried = GenerationConfig.from_pretrained(tmp_path / "base")
+    assert carried.eos_token_id == GenerationConfig.from_pretrained(runs.root / "gpt2").eos_token_id == 2
+    assert json.loads((tmp_path / "base" / "config.json").read_text())["architectures"] == ["TurnerModel"]
