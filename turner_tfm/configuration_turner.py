@@ -98,7 +98,9 @@ class TurnerConfig(PreTrainedConfig):
 
     A config with `image_size` set describes an image model (§4.2 of the paper: patches plus a class token);
     otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1; it defaults
-    to True for text and False for images.
+    to True for text and False for images. A switch that needs another field's value sets that field's default (an
+    explicit contradiction is a ValueError): concatenated positions untie the LM head, `position_embedding_size`
+    asks for concatenated positions, and `use_pooler` or `classifier_pooling="cls"` make a text model bidirectional.
 
     The paper's design choices and open questions are switches (defaults give the standard block):
     `share_query_key` (U_q = U_k, footnote 9), `position_embedding_type` (`"learned"`, `"sinusoidal"`, `"rotary"`
