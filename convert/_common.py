@@ -6,6 +6,7 @@ a tensor with no rule, or a rule with no tensor, is an error, so nothing is drop
 """
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -116,6 +117,27 @@ def carry(config: PreTrainedConfig, names: Mapping[str, str]) -> dict[str, objec
     return {new: getattr(config, old) for old, new in names.items() if hasattr(config, old)}
 
 
+def drop_out_of_vocab_ids(fields: dict[str, object], where: str) -> dict[str, object]:
+    """`fields` without the special-token ids outside [0, vocab_size): the source library keeps them (GPT-2's
+    default bos/eos of 50256 in a small vocabulary), Turner cannot hold them, and no weight depends on them."""
+    kept, dropped, vocab_size = dict(fields), {}, fields.get("vocab_size", TurnerConfig.vocab_size)
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        value = fields.get(name)
+        ids = value if isinstance(value, list) else [value]
+        valid = [i for i in ids if i is not None and 0 <= i < vocab_size]
+        if value is not None and len(valid) < len(ids):
+            dropped[name] = value
+            kept[name] = (valid or None) if isinstance(value, list) else None
+    if dropped:
+        shown = ", ".join(f"{name}={value!r}" for name, value in dropped.items())
+        warnings.warn(
+            f"Dropped special-token ids outside the vocabulary (vocab_size={vocab_size}) of the {where} "
+            f"config: {shown}; Turner cannot hold them, and no weight depends on them.",
+            stacklevel=3,
+        )
+    return kept
+
+
 def apply_rules(state_dict: Mapping[str, torch.Tensor], rules: Sequence[Rule], to_turner: bool, what: str) -> StateDict:
     """Run `rules` one way over `state_dict`; every input tensor must be used by exactly one rule."""
     remaining = dict(state_dict)
@@ -224,7 +246,7 @@ class Converter:
             "use_pooler": use_pooler,
             "architectures": [head.turner_class.__name__],
         }
-        turner_config = TurnerConfig(**fields)
+        turner_config = TurnerConfig(**drop_out_of_vocab_ids(fields, self.name))
         rules = self._rules(head, turner_config)
         return apply_rules(state_dict, rules, True, f"{architecture} to {TURNER}"), turner_config
 

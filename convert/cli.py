@@ -1,22 +1,36 @@
-"""The command line: `python -m convert {gpt2,vit,bert} SRC OUT [--reverse]`.
+"""The command line: `python -m convert {gpt2,vit,bert} SRC OUT [--reverse]` from a clone of the repository; once
+installed, `turner-convert ...` or `python -m turner_tfm.convert ...`.
 
 Forward, SRC is a checkpoint of the named family (a folder or a Hub id); OUT gets the Turner model
-(`save_pretrained`: weights, config with `auto_map`, the model code) and SRC's tokenizer or image processor, so
-`pipeline()` and `AutoModel*.from_pretrained` work on OUT. With `--reverse`, SRC is a Turner checkpoint and OUT gets
-the family's model. Either way the command runs one random input through both models and prints the largest
-difference of their outputs.
+(`save_pretrained`: weights, config with `auto_map`, the model code) and SRC's companions: its tokenizer or image
+processor, its generation config, and its sentence-transformers modules (`modules.json`, `1_Pooling/`,
+`2_Normalize/`, ... with their configs), so `pipeline()`, `AutoModel*.from_pretrained` and `SentenceTransformer`
+work on OUT as they did on SRC. With `--reverse`, SRC is a Turner checkpoint and OUT gets the family's model, with the
+same companions. Either way the command runs one random input through both models, prints the largest difference of
+their outputs, and names SRC's files it did not carry (a model card describes SRC, other weight formats, ...).
 """
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, PreTrainedConfig, PreTrainedModel
-from transformers.utils import has_file
+from huggingface_hub import list_repo_files
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
+from transformers.utils import cached_file, has_file
 from transformers.utils import logging as transformers_logging
 
 from turner_tfm import TurnerConfig
@@ -31,6 +45,11 @@ FAMILIES: dict[str, tuple[Converter, str]] = {
 }
 _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 _IMAGE_PROCESSOR_FILE = "preprocessor_config.json"
+_GENERATION_FILE = "generation_config.json"
+# sentence-transformers: the pipeline of modules, and the configs of the whole model and of its Transformer module
+_SENTENCE_FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
+# what OUT gets anew rather than copied: the weights (rewritten) and the git metadata of a Hub repo
+_REWRITTEN = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", ".gitattributes")
 _OUTPUT_NAMES = ("logits", "last_hidden_state", "pooler_output")
 
 
@@ -48,6 +67,7 @@ class Outcome:
     compared: list[str]
     copied: list[str]
     unused: list[str]
+    not_carried: list[str]
 
     def lines(self, src: str, out: str) -> list[str]:
         dtype = str(self.dtype).removeprefix("torch.")
@@ -60,6 +80,8 @@ class Outcome:
         ]
         if self.unused:
             lines.append(f"  left in SRC, unused by {self.from_class}: {', '.join(self.unused)}")
+        if self.not_carried:
+            lines.append(f"  files of SRC not carried to OUT: {', '.join(self.not_carried)}")
         return lines
 
 
@@ -93,6 +115,7 @@ def convert_checkpoint(
         turner = target = converter.model_to_turner(source)
     difference, compared = max_difference(source, turner)
     target.save_pretrained(out)
+    copied = copy_companions(src, out)
     loaded = turner if reverse else source
     return Outcome(
         from_class=type(loaded).__name__,
@@ -103,8 +126,9 @@ def convert_checkpoint(
         dtype=target.dtype,
         max_difference=difference,
         compared=compared,
-        copied=copy_preprocessing(src, out),
+        copied=copied,
         unused=unused,
+        not_carried=not_carried(src, out),
     )
 
 
@@ -172,8 +196,9 @@ def max_difference(source: PreTrainedModel, turner: PreTrainedModel) -> tuple[fl
     return difference, compared
 
 
-def copy_preprocessing(src: str, out: str) -> list[str]:
-    """Save SRC's tokenizer and image processor, where it has them, next to the converted model."""
+def copy_companions(src: str, out: str) -> list[str]:
+    """Save what SRC has beside its model into OUT: tokenizer, image processor, generation config (unless the
+    converted model wrote its own from SRC's), sentence-transformers modules. Returns what was carried."""
     copied = []
     if any(has_file(src, name) for name in _TOKENIZER_FILES):
         AutoTokenizer.from_pretrained(src).save_pretrained(out)
@@ -181,7 +206,48 @@ def copy_preprocessing(src: str, out: str) -> list[str]:
     if has_file(src, _IMAGE_PROCESSOR_FILE):
         AutoImageProcessor.from_pretrained(src).save_pretrained(out)
         copied.append("image processor")
+    if has_file(src, _GENERATION_FILE):
+        if not (Path(out) / _GENERATION_FILE).is_file():
+            GenerationConfig.from_pretrained(src).save_pretrained(out)
+        copied.append("generation config")
+    if has_file(src, _SENTENCE_FILES[0]):
+        files = [name for name in _SENTENCE_FILES if has_file(src, name)] + sentence_module_files(src)
+        for name in files:
+            destination = Path(out) / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached_file(src, name), destination)
+        copied.append(f"sentence-transformers modules ({', '.join(files)})")
     return copied
+
+
+def sentence_module_files(src: str) -> list[str]:
+    """The files of SRC's sentence-transformers modules that have their own folder (Pooling, Normalize, Dense...);
+    the Transformer module (path "") is the converted model itself."""
+    modules = json.loads(Path(cached_file(src, _SENTENCE_FILES[0])).read_text())
+    folders = tuple(module["path"].strip("/") + "/" for module in modules if module.get("path"))
+    files = source_files(src)
+    if files is None:
+        raise ValueError(f"Cannot list SRC {src!r}'s files to carry its sentence-transformers modules: go online.")
+    return [name for name in files if name.startswith(folders)]
+
+
+def source_files(src: str) -> list[str] | None:
+    """Every file of SRC (a folder, or a Hub repo) as paths relative to it; None when the Hub cannot be asked."""
+    if Path(src).is_dir():
+        return sorted(path.relative_to(src).as_posix() for path in Path(src).rglob("*") if path.is_file())
+    try:
+        return sorted(list_repo_files(src))
+    except OSError:  # offline, or the Hub unreachable
+        return None
+
+
+def not_carried(src: str, out: str) -> list[str]:
+    """SRC's files that OUT has no copy of, weights aside (OUT holds them converted)."""
+    files = source_files(src)
+    if files is None:
+        return ["(unknown: the Hub could not list SRC's files)"]
+    missing = [name for name in files if not (Path(out) / name).is_file()]
+    return [name for name in missing if not any(fnmatch(Path(name).name, pattern) for pattern in _REWRITTEN)]
 
 
 def _override(text: str) -> tuple[str, object]:
@@ -195,17 +261,24 @@ def _override(text: str) -> tuple[str, object]:
         return key, value
 
 
+def program_name() -> str:
+    """How the user ran the converter: the installed command, or `python -m` and this package's name."""
+    command = Path(sys.argv[0]).name
+    return command if command == "turner-convert" else f"python -m {__package__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    prog = program_name()
     parser = argparse.ArgumentParser(
-        prog="python -m convert",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-        "  python -m convert gpt2 openai-community/gpt2 gpt2-turner\n"
-        "  python -m convert gpt2 gpt2-turner gpt2-again --reverse\n"
-        "  python -m convert bert sentence-transformers/all-MiniLM-L6-v2 minilm-turner\n"
-        "  python -m convert vit google/vit-base-patch16-224 vit-turner\n"
-        "run `python -m convert FAMILY --help` for what each family converts and refuses.",
+        f"  {prog} gpt2 openai-community/gpt2 gpt2-turner\n"
+        f"  {prog} gpt2 gpt2-turner gpt2-again --reverse\n"
+        f"  {prog} bert sentence-transformers/all-MiniLM-L6-v2 minilm-turner\n"
+        f"  {prog} vit google/vit-base-patch16-224 vit-turner\n"
+        f"run `{prog} FAMILY --help` for what each family converts and refuses.",
     )
     families = parser.add_subparsers(dest="family", required=True, metavar="{gpt2,vit,bert}")
     for family, (converter, doc) in FAMILIES.items():
@@ -238,13 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         outcome = convert_checkpoint(
             args.family, args.src, args.out, args.reverse, args.architecture, dict(args.overrides)
         )
     except ValueError as error:
-        print(f"python -m convert: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
     print("\n".join(outcome.lines(args.src, args.out)))
     return 0

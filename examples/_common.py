@@ -186,8 +186,11 @@ def scratch_config(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
-def training_arguments(args: argparse.Namespace, **overrides: object) -> TrainingArguments:
-    """`TrainingArguments` from the flags of `_cli.add_training_arguments`; `overrides` win."""
+def training_arguments(
+    args: argparse.Namespace, arguments_class: type[TrainingArguments] = TrainingArguments, **overrides: object
+) -> TrainingArguments:
+    """`TrainingArguments` (or the subclass `arguments_class`, e.g. sentence-transformers') from the flags of
+    `_cli.add_training_arguments`; `overrides` win."""
     kwargs = dict(
         output_dir=args.output_dir,
         max_steps=args.max_steps,
@@ -212,7 +215,7 @@ def training_arguments(args: argparse.Namespace, **overrides: object) -> Trainin
         ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
     )
     kwargs.update(overrides)
-    return TrainingArguments(**kwargs)
+    return arguments_class(**kwargs)
 
 
 def is_main_process() -> bool:

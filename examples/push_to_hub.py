@@ -100,9 +100,10 @@ def files_to_push(model_dir: Path) -> list[Path]:
 
 
 def usage_class(model_dir: Path) -> str:
-    """The Auto class that loads the folder's model, from its config's `auto_map`."""
-    auto_map = json.loads((model_dir / "config.json").read_text())["auto_map"]
-    return next((name for name in auto_map if name != "AutoConfig"), "AutoModel")
+    """The Auto class that loads the folder's model: the `auto_map` entry naming the class it was saved as."""
+    config = json.loads((model_dir / "config.json").read_text())
+    saved = (config.get("architectures") or ["TurnerModel"])[0]
+    return next((name for name, path in config["auto_map"].items() if path.endswith(f".{saved}")), "AutoModel")
 
 
 if __name__ == "__main__":

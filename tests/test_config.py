@@ -93,13 +93,11 @@ def test_save_and_load_round_trip(tmp_path):
         ("hidden_act", "swishy", "gelu"),
         ("pad_token_id", 99, "token id in [0, 99)"),
         ("eos_token_id", [2, -1], "token id in [0, 99)"),
-        ("use_pooler", True, "classifier_pooling='cls'"),
         ("classifier_dropout", 1.0, "probability"),
         ("normalization", "groupnorm", "layernorm"),
         ("mlp_hidden_layers", 3, "[1, 2]"),
         ("mlp_hidden_layers", True, "[1, 2]"),
         ("position_embedding_combine", "multiply", "add"),
-        ("position_embedding_size", 8, "leave it None with position_embedding_combine='add'"),
         ("rope_theta", 0.0, "positive number"),
     ],
 )
@@ -143,13 +141,47 @@ def test_invalid_image_values_are_rejected(field, value, allowed):
             "position_embedding_size",
             "below hidden_size=32",
         ),
-        ({"position_embedding_combine": "concat"}, "tie_word_embeddings", "tie_word_embeddings=False"),
+        (
+            {"position_embedding_combine": "concat", "tie_word_embeddings": True},
+            "tie_word_embeddings",
+            "tie_word_embeddings=False",
+        ),
+        (
+            {"position_embedding_combine": "add", "position_embedding_size": 8},
+            "position_embedding_size",
+            "leave it None with position_embedding_combine='add'",
+        ),
+        ({"use_pooler": True, "is_causal": True}, "use_pooler", "classifier_pooling='cls'"),
+        ({"classifier_pooling": "cls", "is_causal": True}, "classifier_pooling", "is_causal=False"),
     ],
 )
 def test_contradictory_switches_are_rejected(overrides, field, allowed):
     with pytest.raises(ValueError) as error:
         text_config(**overrides)
     assert f"`{field}`" in str(error.value) and allowed in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("switch", "implied"),
+    [
+        ({"position_embedding_combine": "concat"}, {"tie_word_embeddings": False, "position_embedding_size": 8}),
+        ({"position_embedding_size": 4}, {"position_embedding_combine": "concat", "tie_word_embeddings": False}),
+        ({"use_pooler": True}, {"is_causal": False, "classifier_pooling": "cls"}),
+        ({"classifier_pooling": "cls"}, {"is_causal": False, "use_pooler": False}),
+        ({}, {"is_causal": True, "classifier_pooling": "last", "tie_word_embeddings": True}),
+    ],
+)
+def test_a_switch_alone_sets_the_defaults_it_implies(switch, implied, tmp_path):
+    config = text_config(**switch)
+    assert {name: getattr(config, name) for name in implied} == implied
+    config.save_pretrained(tmp_path)
+    reloaded = TurnerConfig.from_pretrained(tmp_path)
+    assert {name: getattr(reloaded, name) for name in implied} == implied
+
+
+def test_an_image_model_keeps_its_defaults_under_concatenated_positions():
+    config = image_config(position_embedding_combine="concat")
+    assert (config.is_causal, config.classifier_pooling, config.tie_word_embeddings) == (False, "cls", True)
 
 
 def test_concatenated_positions_default_to_a_quarter_of_the_width():

@@ -20,6 +20,7 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     BertForSequenceClassification,
+    GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
     PreTrainedModel,
@@ -55,8 +56,10 @@ LOADER = textwrap.dedent(
     for family, (folder, auto_name, inputs_file) in jobs.items():
         model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        backbone = transformers.AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
         with torch.no_grad():
             torch.save(model(**torch.load(inputs_file)).logits, f"{inputs_file}.out")
+            torch.save(backbone(**torch.load(inputs_file)).last_hidden_state, f"{inputs_file}.backbone")
     image = PIL.Image.fromarray(numpy.zeros((8, 8, 3), dtype=numpy.uint8))
     tasks = {"gpt2": ("text-generation", "the cat sat", {"max_new_tokens": 4}),
              "vit": ("image-classification", image, {}), "bert": ("text-classification", "the cat sat", {})}
@@ -157,8 +160,13 @@ def test_output_loads_with_remote_code_where_turner_tfm_is_missing(runs, tmp_pat
     assert pipelines["bert"][0]["label"] in sources["bert"].config.id2label.values()
     for family in AUTO_CLASSES:
         with torch.no_grad():
-            expected = sources[family](**sample_inputs(family)).logits
-        torch.testing.assert_close(torch.load(tmp_path / f"{family}.pt.out"), expected, atol=1e-5, rtol=1e-5)
+            expected = sources[family](**sample_inputs(family))
+        torch.testing.assert_close(torch.load(tmp_path / f"{family}.pt.out"), expected.logits, atol=1e-5, rtol=1e-5)
+        # AutoModel (feature extraction, sentence-transformers) loads the backbone of every converted head
+        body = getattr(sources[family], sources[family].base_model_prefix)
+        with torch.no_grad():
+            hidden = body(**sample_inputs(family)).last_hidden_state
+        torch.testing.assert_close(torch.load(tmp_path / f"{family}.pt.backbone"), hidden, atol=1e-5, rtol=1e-5)
 
 
 def test_reverse_restores_the_source_tensors(runs, tmp_path, capsys):
@@ -219,3 +227,12 @@ def test_reverse_writes_a_folder_the_family_class_loads(runs, tmp_path):
     assert main(["vit", str(root / "vit-turner"), str(tmp_path / "vit"), "--reverse"]) == 0
     assert_same_state_dict(runs.sources["vit"], ViTForImageClassification.from_pretrained(tmp_path / "vit"))
     assert (tmp_path / "vit" / "preprocessor_config.json").is_file()
+
+
+def test_companions_cross_even_when_the_converted_class_does_not_use_them(runs, tmp_path, capsys):
+    """A base model writes no generation config of its own; SRC's is carried anyway, as is its tokenizer."""
+    assert main(["gpt2", str(runs.root / "gpt2"), str(tmp_path / "base"), "--architecture", "GPT2Model"]) == 0
+    assert "copied from SRC: tokenizer, generation config" in capsys.readouterr().out
+    carried = GenerationConfig.from_pretrained(tmp_path / "base")
+    assert carried.eos_token_id == GenerationConfig.from_pretrained(runs.root / "gpt2").eos_token_id == 2
+    assert json.loads((tmp_path / "base" / "config.json").read_text())["architectures"] == ["TurnerModel"]

@@ -7,6 +7,7 @@ import torch
 from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
 
 from convert import gpt2
+from convert.cli import main
 from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification, TurnerModel
 
 from .convert_helpers import assert_same_outputs, assert_same_state_dict, masked_ids
@@ -164,3 +165,22 @@ def test_bad_arguments_are_named():
     del state["ln_f.bias"]
     with pytest.raises(ValueError, match=r"lacks \['ln_f.bias'\]"):
         gpt2.to_turner(state, source.config, "GPT2Model")
+
+
+def test_special_token_ids_outside_a_small_vocabulary_are_dropped_with_a_warning(tmp_path):
+    defaults = dict(vocab_size=VOCAB, n_positions=32, n_embd=16, n_layer=2, n_head=2)
+    source = GPT2LMHeadModel(GPT2Config(**defaults))  # GPT-2's default bos/eos: 50256, outside this vocabulary
+    assert (source.config.bos_token_id, source.config.eos_token_id) == (50256, 50256)
+    with pytest.warns(UserWarning, match=r"vocab_size=64\) of the GPT-2 config: bos_token_id=50256, eos_token_id"):
+        turner = gpt2.CONVERTER.model_to_turner(source)
+    assert (turner.config.bos_token_id, turner.config.eos_token_id) == (None, None)
+    assert_same_outputs(source, turner, masked_ids(VOCAB, 0, (7, 4)), ("logits",))
+    listed = GPT2LMHeadModel(GPT2Config(**defaults, eos_token_id=[2, 50256]))
+    with pytest.warns(UserWarning, match=r"eos_token_id=\[2, 50256\]"):
+        assert gpt2.CONVERTER.model_to_turner(listed).config.eos_token_id == [2]
+    source.save_pretrained(tmp_path / "gpt2")  # and the command line converts the saved folder
+    with pytest.warns(UserWarning, match="bos_token_id=50256"):
+        assert main(["gpt2", str(tmp_path / "gpt2"), str(tmp_path / "turner")]) == 0
+    assert_same_outputs(
+        source, TurnerForCausalLM.from_pretrained(tmp_path / "turner"), masked_ids(VOCAB, 0, (5,)), ("logits",)
+    )

@@ -1,10 +1,7 @@
 """Model cards: every template fills from a config and a run, parses with `huggingface_hub.ModelCard`, and ships in
 the wheel so a normal (non-editable) install can write cards."""
 
-import shutil
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -81,34 +78,15 @@ def test_retarget_points_the_usage_snippet_at_the_hub_repo() -> None:
     assert moved.data.pipeline_tag == "text-generation"
 
 
-def test_the_wheel_ships_the_templates_and_a_plain_install_writes_cards(tmp_path: Path) -> None:
-    source = tmp_path / "source"  # a copy, so the build leaves no build/ or egg-info in the checkout
-    source.mkdir()
-    shutil.copy(REPO / "pyproject.toml", source)
-    shutil.copy(REPO / "README.md", source)
-    shutil.copytree(REPO / "turner_tfm", source / "turner_tfm", ignore=shutil.ignore_patterns("__pycache__"))
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist")]
-    subprocess.run([*build, str(source)], check=True, capture_output=True, timeout=300)
-    (wheel,) = (tmp_path / "dist").glob("turner_tfm-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+def test_the_wheel_ships_the_templates_and_a_plain_install_writes_cards(installed_wheel, tmp_path: Path) -> None:
     for task in TASKS:
-        assert f"turner_tfm/model_cards/{task}.md" in names
-
-    site = tmp_path / "site"
-    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)]
-    subprocess.run(install, check=True, capture_output=True, timeout=300)
+        assert f"turner_tfm/model_cards/{task}.md" in installed_wheel.names
+    site = installed_wheel.site
     script = (
         "import turner_tfm, turner_tfm.cards as c; "
         f"assert turner_tfm.__file__.startswith({str(site)!r}), turner_tfm.__file__; "
         "cfg = turner_tfm.TurnerConfig(vocab_size=9, hidden_size=8, num_hidden_layers=1, num_attention_heads=2); "
         "print(c.render_model_card(cfg, task='text-generation', model_id='m', dataset_name='d').data.pipeline_tag)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = installed_wheel.run([sys.executable, "-c", script], cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "text-generation", result.stderr[-3000:]

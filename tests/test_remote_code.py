@@ -1,89 +1,142 @@
-"""trust_remote_code: a saved folder carries its own code and loads in a process that cannot import turner_tfm."""
+"""trust_remote_code: a saved folder carries its own code and loads in a process that cannot import turner_tfm,
+through every Auto class of its modality whichever class saved it."""
 
 import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+import transformers
+from transformers import PreTrainedModel
 
-from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForCausalLM,
+    TurnerForImageClassification,
+    TurnerForSequenceClassification,
+    TurnerModel,
+)
+from turner_tfm.modeling_turner import AUTO_CLASSES
 
 from .tiny import image_config, random_ids, text_config
 
-# Runs in a fresh interpreter, outside the repository, with `import turner_tfm` made impossible.
-LOADER = textwrap.dedent(
+# Every class a folder can be saved as, with a config of its modality. Each folder must load through every Auto class
+# of that modality (`AUTO_CLASSES`); a head it was not saved with gets fresh weights, the same ones under the same seed.
+SAVED_CLASSES = {
+    "text-TurnerModel": (TurnerModel, text_config()),
+    "text-TurnerForCausalLM": (TurnerForCausalLM, text_config()),
+    "text-TurnerForSequenceClassification": (
+        TurnerForSequenceClassification,
+        text_config(is_causal=False, norm_position="post", type_vocab_size=2, embedding_layer_norm=True),
+    ),
+    "image-TurnerModel": (TurnerModel, image_config()),
+    "image-TurnerForImageClassification": (TurnerForImageClassification, image_config()),
+}
+PAIRS = [
+    (saved, auto_name)
+    for saved, (_, config) in SAVED_CLASSES.items()
+    for auto_name in AUTO_CLASSES[config.is_image_model]
+]
+# Runs in a fresh interpreter, outside the repository, where `import turner_tfm` fails. For each job (folder, Auto
+# class, inputs file, outputs file) it loads the folder as remote code, seeded (a head the folder lacks gets the same
+# fresh weights as under the same seed here), and saves its main output and the last block's hidden states.
+REMOTE_LOADER = textwrap.dedent(
     """
-    import sys
+    import json, sys
     sys.modules["turner_tfm"] = None
     import torch, transformers
-    folder, auto_name, inputs_file, outputs_file, threads = sys.argv[1:6]
-    torch.set_num_threads(int(threads))  # the parent's: bitwise equality needs the same reduction order
+    jobs = json.loads(sys.argv[1])
+    torch.set_num_threads(int(sys.argv[2]))
     try:
         import turner_tfm  # noqa: F401
         raise SystemExit("turner_tfm should not be importable here")
     except ImportError:
         pass
-    model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    with torch.no_grad():
-        logits = model(**torch.load(inputs_file)).logits
-    torch.save(logits, outputs_file)
+    for folder, auto_name, inputs_file, outputs_file in jobs:
+        torch.manual_seed(0)
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            outputs = model(**torch.load(inputs_file), output_hidden_states=True)
+        torch.save([outputs[0], outputs.hidden_states[-1]], outputs_file)
     """
 )
 
 
-@pytest.mark.parametrize(
-    ("model_class", "auto_name", "config", "inputs"),
-    [
-        (TurnerForCausalLM, "AutoModelForCausalLM", text_config(), {"input_ids": random_ids(2, 6)}),
-        (
-            TurnerForSequenceClassification,
-            "AutoModelForSequenceClassification",
-            text_config(is_causal=False, norm_position="post", type_vocab_size=2, embedding_layer_norm=True),
-            {"input_ids": random_ids(2, 6)},
-        ),
-        (
-            TurnerForImageClassification,
-            "AutoModelForImageClassification",
-            image_config(),
-            {"pixel_values": torch.randn(2, 3, 16, 16)},
-        ),
-    ],
-)
-def test_saved_folder_loads_without_the_package(model_class, auto_name, config, inputs, tmp_path):
-    model = model_class(config).eval()
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    assert {"modeling_turner.py", "configuration_turner.py", "model.safetensors"} <= {p.name for p in folder.iterdir()}
-    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoConfig"] == "configuration_turner.TurnerConfig"
-    assert auto_map[auto_name] == f"modeling_turner.{model_class.__name__}"
-
-    torch.save(inputs, tmp_path / "inputs.pt")
-    script = tmp_path / "load.py"
-    script.write_text(LOADER)
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"}
+def load_without_the_package(jobs: list[list[str]], cwd: Path) -> list[list[torch.Tensor]]:
+    """Run `REMOTE_LOADER` on `jobs` ([folder, Auto class name, inputs file, outputs file]); each job's outputs."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            str(script),
-            str(folder),
-            auto_name,
-            str(tmp_path / "inputs.pt"),
-            str(tmp_path / "out.pt"),
-            str(torch.get_num_threads()),
-        ],
-        cwd=tmp_path,
-        env=env,
+        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(torch.get_num_threads())],
+        cwd=cwd,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf_home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return [torch.load(job[3]) for job in jobs]
+
+
+def pair_inputs(config: TurnerConfig) -> dict[str, torch.Tensor]:
+    if config.is_image_model:
+        return {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))}
+    return {"input_ids": random_ids(2, 6)}
+
+
+def main_and_last_hidden(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
-        expected = model(**inputs).logits
-    # identical to float noise (1e-6): a freshly loaded tensor's memory alignment may pick another kernel path
-    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-6, atol=1e-7)
+        outputs = model.eval()(**inputs, output_hidden_states=True)
+    return [outputs[0], outputs.hidden_states[-1]]
+
+
+@dataclass
+class PairRuns:
+    root: Path  # the saved folders: root / saved
+    saved: dict[str, list[torch.Tensor]]  # the saving model's outputs
+    local: dict[tuple[str, str], list[torch.Tensor]]  # each pair loaded with the package
+    remote: dict[tuple[str, str], list[torch.Tensor]]  # each pair loaded as remote code, without it
+
+
+@pytest.fixture(scope="module")
+def pair_runs(tmp_path_factory) -> PairRuns:
+    root = tmp_path_factory.mktemp("auto_pairs")
+    saved_outputs, local, jobs = {}, {}, []
+    for saved, (model_class, config) in SAVED_CLASSES.items():
+        torch.manual_seed(0)
+        model = model_class(config)
+        model.save_pretrained(root / saved)
+        torch.save(pair_inputs(config), root / f"{saved}.inputs.pt")
+        saved_outputs[saved] = main_and_last_hidden(model, pair_inputs(config))
+    for saved, auto_name in PAIRS:
+        torch.manual_seed(0)
+        model = getattr(transformers, auto_name).from_pretrained(root / saved)
+        local[saved, auto_name] = main_and_last_hidden(model, pair_inputs(SAVED_CLASSES[saved][1]))
+        jobs.append(
+            [str(root / saved), auto_name, str(root / f"{saved}.inputs.pt"), str(root / f"{saved}.{auto_name}.pt")]
+        )
+    remote = dict(zip(PAIRS, load_without_the_package(jobs, root), strict=True))
+    return PairRuns(root, saved_outputs, local, remote)
+
+
+@pytest.mark.parametrize(("saved", "auto_name"), PAIRS)
+def test_every_auto_class_of_the_modality_loads_whichever_class_was_saved(saved, auto_name, pair_runs):
+    model_class, config = SAVED_CLASSES[saved]
+    files = {path.name for path in (pair_runs.root / saved).iterdir()}
+    assert {"modeling_turner.py", "configuration_turner.py", "model.safetensors"} <= files
+    auto_map = json.loads((pair_runs.root / saved / "config.json").read_text())["auto_map"]
+    classes = AUTO_CLASSES[config.is_image_model]
+    assert auto_map == {"AutoConfig": "configuration_turner.TurnerConfig"} | {
+        auto: f"modeling_turner.{name}" for auto, name in classes.items()
+    }
+    remote_output, remote_hidden = pair_runs.remote[saved, auto_name]
+    local_output, _ = pair_runs.local[saved, auto_name]
+    saved_output, saved_hidden = pair_runs.saved[saved]
+    # the backbone carried over whichever class loads it; the output is the package's, to float noise
+    torch.testing.assert_close(remote_hidden, saved_hidden, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(remote_output, local_output, rtol=1e-6, atol=1e-6)
+    if classes[auto_name] == model_class.__name__:
+        torch.testing.assert_close(remote_output, saved_output, rtol=1e-6, atol=1e-6)

@@ -1,24 +1,19 @@
 """The paper's design choices as config switches, each alone and together, through every model path."""
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, StaticCache
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification, TurnerModel
 
+from .test_remote_code import load_without_the_package
 from .tiny import image_config, random_ids, text_config
 
-UNTIED = {"tie_word_embeddings": False}
 SWITCHES = {
     "share_query_key": {"share_query_key": True},
     "rotary": {"position_embedding_type": "rotary"},
-    "concat_learned": {"position_embedding_combine": "concat", **UNTIED},
-    "concat_sinusoidal": {"position_embedding_type": "sinusoidal", "position_embedding_combine": "concat", **UNTIED},
+    "concat_learned": {"position_embedding_combine": "concat"},
+    "concat_sinusoidal": {"position_embedding_type": "sinusoidal", "position_embedding_combine": "concat"},
     "rmsnorm": {"normalization": "rmsnorm"},
     "batchnorm": {"normalization": "batchnorm"},
     "post_norm": {"norm_position": "post"},
@@ -36,7 +31,6 @@ SWITCHES = {
         "position_embedding_combine": "concat",
         "normalization": "batchnorm",
         "mlp_hidden_layers": 2,
-        **UNTIED,
     },
 }
 
@@ -75,8 +69,7 @@ def test_generation_with_static_and_dynamic_caches_and_left_padding(switch):
 def test_classification_heads_train(switch):
     text = TurnerForSequenceClassification(text_config(**{**SWITCHES[switch], "is_causal": False, "num_labels": 3}))
     loss = text(random_ids(2, 7), labels=torch.tensor([0, 2])).loss
-    image_switches = {k: v for k, v in SWITCHES[switch].items() if k != "tie_word_embeddings"}
-    image = TurnerForImageClassification(image_config(**image_switches))
+    image = TurnerForImageClassification(image_config(**SWITCHES[switch]))
     loss = loss + image(torch.randn(2, 3, 16, 16), labels=torch.tensor([1, 2])).loss
     loss.backward()
     for model in (text, image):
@@ -94,41 +87,19 @@ def test_save_and_load_round_trip(switch, tmp_path):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=1e-6, atol=1e-7)
 
 
-REMOTE_LOADER = textwrap.dedent(
-    """
-    import sys, json
-    sys.modules["turner_tfm"] = None
-    import torch, transformers
-    torch.set_num_threads(int(sys.argv[2]))  # the parent's: bitwise equality needs the same reduction order
-    for folder in json.loads(sys.argv[1]):
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-        with torch.no_grad():
-            torch.save(model(torch.load(folder + "/ids.pt")).logits, folder + "/remote_logits.pt")
-    """
-)
-
-
 def test_every_switch_loads_with_trust_remote_code_without_the_package(tmp_path):
     ids = random_ids(2, 6)
-    folders = {}
+    jobs, expected = [], []
     for switch in SWITCHES:
         model = causal_lm(switch)
         folder = tmp_path / switch
         model.save_pretrained(folder)
-        torch.save(ids, folder / "ids.pt")
+        torch.save({"input_ids": ids}, folder / "inputs.pt")
+        jobs.append([str(folder), "AutoModelForCausalLM", str(folder / "inputs.pt"), str(folder / "remote.pt")])
         with torch.no_grad():
-            folders[str(folder)] = model(ids).logits
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(list(folders)), str(torch.get_num_threads())],
-        cwd=tmp_path,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    for folder, expected in folders.items():
-        torch.testing.assert_close(torch.load(f"{folder}/remote_logits.pt"), expected, rtol=1e-6, atol=1e-7)
+            expected.append(model(ids).logits)
+    for (logits, _), reference in zip(load_without_the_package(jobs, tmp_path), expected, strict=True):
+        torch.testing.assert_close(logits, reference, rtol=1e-6, atol=1e-7)
 
 
 # --- what each switch means -------------------------------------------------------------------------------------
@@ -202,3 +173,106 @@ def test_rmsnorm_and_two_hidden_layer_mlp_build_what_they_say():
     deep = causal_lm("two_hidden_layers")
     assert deep.model.layers[0].mlp.hidden_proj.weight.shape == (37, 37)
     assert causal_lm("rmsnorm").model.layers[0].mlp.hidden_proj is None
+
+
+# --- every switch alone ----------------------------------------------------------------------------------------
+
+# Each field a user may set, at a non-default value, alone on the default text or image config: the defaults it
+# implies (tied embeddings, the mask, the pooling) must follow it. Fields that only mean something for text are
+# text-only; `is_causal` is flipped against each modality's default.
+SHARED_ALONE = {
+    "share_query_key": True,
+    "position_embedding_type=sinusoidal": ("position_embedding_type", "sinusoidal"),
+    "position_embedding_type=rotary": ("position_embedding_type", "rotary"),
+    "position_embedding_type=none": ("position_embedding_type", "none"),
+    "position_embedding_combine": "concat",
+    "position_embedding_size": 8,
+    "normalization=rmsnorm": ("normalization", "rmsnorm"),
+    "normalization=batchnorm": ("normalization", "batchnorm"),
+    "norm_position": "post",
+    "mlp_hidden_layers": 2,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "head_dim": 16,
+    "hidden_act": "relu",
+    "intermediate_size": 20,
+    "hidden_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "classifier_dropout": 0.1,
+    "classifier_pooling=mean": ("classifier_pooling", "mean"),
+    "use_pooler": True,
+}
+TEXT_ALONE = {
+    **SHARED_ALONE,
+    "is_causal": False,
+    "classifier_pooling=cls": ("classifier_pooling", "cls"),
+    "embedding_layer_norm": True,
+    "type_vocab_size": 2,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 16,
+    "rope_theta": 500.0,
+}
+IMAGE_ALONE = {**SHARED_ALONE, "is_causal": True, "classifier_pooling=last": ("classifier_pooling", "last")}
+ALONE = [("text", name, value) for name, value in TEXT_ALONE.items()] + [
+    ("image", name, value) for name, value in IMAGE_ALONE.items()
+]
+# The default run: the switches that imply another's default, and the paper's block switches; `-m slow` runs all.
+IMPLYING = {"position_embedding_combine", "position_embedding_size", "use_pooler", "classifier_pooling=cls"}
+IMPLYING |= {"is_causal", "share_query_key", "position_embedding_type=rotary", "normalization=batchnorm"}
+IMPLYING |= {"norm_position", "mlp_hidden_layers"}
+
+
+def alone_model(modality: str, name: str, value: object) -> torch.nn.Module:
+    field, value = value if isinstance(value, tuple) else (name, value)
+    torch.manual_seed(0)
+    if modality == "text":
+        return TurnerForCausalLM(text_config(**{field: value}))
+    return TurnerForImageClassification(image_config(**{field: value}))
+
+
+def alone_inputs(modality: str) -> dict[str, torch.Tensor]:
+    if modality == "text":
+        return {"input_ids": random_ids(2, 7)}
+    return {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))}
+
+
+def train_one_step(model: torch.nn.Module, inputs: dict[str, torch.Tensor], name: str) -> None:
+    """One SGD step on the model's own loss: finite, and it moves the weights."""
+    labels = inputs.get("input_ids", torch.tensor([0, 2]))
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model.train()(**inputs, labels=labels).loss
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert torch.isfinite(loss) and all(torch.isfinite(p).all() for p in model.parameters()), name
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True)), name
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [
+        pytest.param([case for case in ALONE if case[1] in IMPLYING], id="implying-and-paper"),
+        pytest.param(ALONE, id="every-field", marks=pytest.mark.slow),
+    ],
+)
+def test_every_switch_alone_builds_trains_runs_saves_and_loads_as_remote_code(switches, tmp_path):
+    jobs, expected = [], []
+    for modality, name, value in switches:
+        model, inputs = alone_model(modality, name, value), alone_inputs(modality)
+        train_one_step(model, inputs, name)
+        model.eval()
+        if modality == "text":
+            generated = model.generate(inputs["input_ids"][:1, :4], max_new_tokens=3, do_sample=False, pad_token_id=0)
+            assert generated.shape == (1, 7), name
+        folder = tmp_path / f"{modality}-{name}"
+        model.save_pretrained(folder)
+        torch.save(inputs, folder / "inputs.pt")
+        with torch.no_grad():
+            logits = model(**inputs).logits
+            reloaded = type(model).from_pretrained(folder).eval()
+            torch.testing.assert_close(reloaded(**inputs).logits, logits, rtol=1e-6, atol=1e-6, msg=name)
+        assert logits.shape == ((2, 7, 99) if modality == "text" else (2, 3)), name
+        auto_name = "AutoModelForCausalLM" if modality == "text" else "AutoModelForImageClassification"
+        jobs.append([str(folder), auto_name, str(folder / "inputs.pt"), str(folder / "remote.pt")])
+        expected.append(logits)
+    for job, (remote, _), logits in zip(jobs, load_without_the_package(jobs, tmp_path), expected, strict=True):
+        torch.testing.assert_close(remote, logits, rtol=1e-6, atol=1e-6, msg=job[0])

@@ -11,7 +11,13 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from PIL import Image
-from transformers import AutoImageProcessor, AutoModelForCausalLM, AutoModelForImageClassification, AutoTokenizer
+from transformers import (
+    AutoImageProcessor,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageClassification,
+    AutoTokenizer,
+)
 
 from .hub_server import HubServer
 from .test_workflows_classifiers import write_digit_folder
@@ -26,7 +32,7 @@ import json, sys
 sys.modules["turner_tfm"] = None
 import torch
 from PIL import Image
-from transformers import pipeline, AutoConfig
+from transformers import pipeline, AutoConfig, AutoModel
 from transformers import AutoModelForCausalLM, AutoModelForImageClassification, AutoTokenizer, AutoImageProcessor
 from huggingface_hub import ModelCard
 
@@ -45,8 +51,10 @@ else:
     inputs = processor(images=Image.open(example), return_tensors="pt")
     classifier = pipeline("image-classification", model=repo_id, trust_remote_code=True)
     result["top_label"] = classifier(Image.open(example))[0]["label"]
+backbone = AutoModel.from_pretrained(repo_id, trust_remote_code=True).eval()  # auto_map names every Auto class
 with torch.no_grad():
     result["logits"] = model(**inputs).logits.tolist()
+    result["features"] = backbone(**inputs).last_hidden_state.tolist()
 result["model_module"] = type(model).__module__
 print("RESULT " + json.dumps(result))
 """
@@ -105,6 +113,8 @@ def test_a_pushed_language_model_loads_by_repo_id_without_turner_tfm(tmp_path: P
     assert files["model.safetensors"].lfs and not files["config.json"].lfs  # weights went through LFS
     config = json.loads(files["config.json"].content)
     assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_turner.TurnerForCausalLM"
+    assert config["auto_map"]["AutoModel"] == "modeling_turner.TurnerModel"
+    assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_turner.TurnerForSequenceClassification"
     assert ("POST", "/api/models/alice/tiny-lm/commit/main") in hub.requests
 
     remote = load_from_hub(tmp_path, hub, "alice/tiny-lm", "text", "Beautiful is")
@@ -112,9 +122,12 @@ def test_a_pushed_language_model_loads_by_repo_id_without_turner_tfm(tmp_path: P
     assert remote["pipeline_tag"] == "text-generation" and remote["card_loads"]
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "lm")
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval()
+    inputs = tokenizer("Beautiful is", return_tensors="pt")
     with torch.no_grad():
-        local_logits = model(**tokenizer("Beautiful is", return_tensors="pt")).logits
+        local_logits = model(**inputs).logits
+        features = AutoModel.from_pretrained(tmp_path / "lm").eval()(**inputs).last_hidden_state
     torch.testing.assert_close(torch.tensor(remote["logits"]), local_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(remote["features"]), features, atol=1e-5, rtol=1e-5)
     assert remote["generated"].startswith("Beautiful is") and len(remote["generated"]) == len("Beautiful is") + 5
 
 
@@ -135,9 +148,12 @@ def test_a_pushed_image_classifier_brings_its_processor(tmp_path: Path, hub: Hub
     assert remote["pipeline_tag"] == "image-classification" and remote["top_label"] in {"3", "8"}
     processor = AutoImageProcessor.from_pretrained(tmp_path / "img")
     model = AutoModelForImageClassification.from_pretrained(tmp_path / "img").eval()
+    inputs = processor(images=Image.open(example), return_tensors="pt")
     with torch.no_grad():
-        local_logits = model(**processor(images=Image.open(example), return_tensors="pt")).logits
+        local_logits = model(**inputs).logits
+        features = AutoModel.from_pretrained(tmp_path / "img").eval()(**inputs).last_hidden_state
     torch.testing.assert_close(torch.tensor(remote["logits"]), local_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(remote["features"]), features, atol=1e-5, rtol=1e-5)
 
 
 def test_push_to_hub_needs_a_valid_token_and_a_complete_folder(tmp_path: Path, hub: HubServer) -> None:

@@ -1,17 +1,14 @@
 """turner_tfm: the transformer block of Turner's *An Introduction to Transformers* as a `transformers` model family.
 
 Importing the package registers `model_type="turner"` with the Auto classes, and marks every class so that
-`save_pretrained` writes `auto_map` and copies the code next to the weights (`trust_remote_code=True` loading).
+`save_pretrained` writes `auto_map` (every Auto class of the model's modality, whichever class was saved) and copies the
+code next to the weights (`trust_remote_code=True` loading).
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForImageClassification,
-    AutoModelForSequenceClassification,
-)
+import transformers
+from transformers import AutoConfig
 
+from . import modeling_turner
 from .configuration_turner import TurnerConfig
 from .modeling_turner import (
     TurnerForCausalLM,
@@ -23,18 +20,13 @@ from .modeling_turner import (
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
-    AutoModel: TurnerModel,
-    AutoModelForCausalLM: TurnerForCausalLM,
-    AutoModelForSequenceClassification: TurnerForSequenceClassification,
-    AutoModelForImageClassification: TurnerForImageClassification,
-}
-
 AutoConfig.register(TurnerConfig.model_type, TurnerConfig, exist_ok=True)
 TurnerConfig.register_for_auto_class()
-for _auto_class, _model_class in _AUTO_CLASSES.items():
-    _auto_class.register(TurnerConfig, _model_class, exist_ok=True)
-    _model_class.register_for_auto_class(_auto_class.__name__)
+for _classes in modeling_turner.AUTO_CLASSES.values():
+    for _auto_name, _class_name in _classes.items():
+        _model_class = getattr(modeling_turner, _class_name)
+        getattr(transformers, _auto_name).register(TurnerConfig, _model_class, exist_ok=True)
+        _model_class.register_for_auto_class(_auto_name)
 
 __all__ = [
     "TurnerConfig",

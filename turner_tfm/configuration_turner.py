@@ -38,6 +38,8 @@ _OPTIONAL = (
     "classifier_pooling",
     "position_embedding_size",
     "is_causal",
+    "tie_word_embeddings",
+    "position_embedding_combine",
 )
 _NON_NEGATIVE_INTS = ("type_vocab_size",)
 _PROBABILITIES = ("hidden_dropout", "attention_dropout", "classifier_dropout")
@@ -96,7 +98,9 @@ class TurnerConfig(PreTrainedConfig):
 
     A config with `image_size` set describes an image model (§4.2 of the paper: patches plus a class token);
     otherwise tokens come from `input_ids`. `is_causal=True` applies the auto-regressive mask of §4.1; it defaults
-    to True for text and False for images.
+    to True for text and False for images. A switch that needs another field's value sets that field's default (an
+    explicit contradiction is a ValueError): concatenated positions untie the LM head, `position_embedding_size`
+    asks for concatenated positions, and `use_pooler` or `classifier_pooling="cls"` make a text model bidirectional.
 
     The paper's design choices and open questions are switches (defaults give the standard block):
     `share_query_key` (U_q = U_k, footnote 9), `position_embedding_type` (`"learned"`, `"sinusoidal"`, `"rotary"`
@@ -134,7 +138,7 @@ class TurnerConfig(PreTrainedConfig):
     mlp_bias: bool = True
     is_causal: bool | None = None
     position_embedding_type: str = "learned"
-    position_embedding_combine: str = "add"
+    position_embedding_combine: str | None = None
     position_embedding_size: int | None = None
     rope_theta: float = 10000.0
     share_query_key: bool = False
@@ -149,7 +153,7 @@ class TurnerConfig(PreTrainedConfig):
     patch_size: int = 16
     num_channels: int = 3
     use_cache: bool = True
-    tie_word_embeddings: bool = True
+    tie_word_embeddings: bool | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -272,8 +276,13 @@ class TurnerConfig(PreTrainedConfig):
 
     def _resolve_defaults(self) -> None:
         """Fill the fields whose default depends on others (the mask, K = D / H, the MLP width, the positions)."""
-        if self.is_causal is None:  # text: the §4.1 language model; images: §4.2, every patch sees every patch
-            self.is_causal = not self.is_image_model
+        if self.is_causal is None:  # text: the §4.1 language model; images: §4.2, every patch sees every patch;
+            # a classifier reading the first token (the pooler, 'cls' pooling) needs it to see the others
+            self.is_causal = not (self.is_image_model or self.use_pooler or self.classifier_pooling == "cls")
+        if self.position_embedding_combine is None:  # a width for concatenated positions asks for them
+            self.position_embedding_combine = "add" if self.position_embedding_size is None else "concat"
+        if self.tie_word_embeddings is None:  # concatenated positions leave the token embedding narrower than D
+            self.tie_word_embeddings = self.is_image_model or self.position_embedding_combine != "concat"
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
                 raise _invalid(
@@ -299,7 +308,8 @@ class TurnerConfig(PreTrainedConfig):
         elif self.max_position_embeddings is None:
             self.max_position_embeddings = _DEFAULT_TEXT_POSITIONS
         if self.classifier_pooling is None:
-            self.classifier_pooling = "last" if self.is_causal else ("cls" if self.is_image_model else "mean")
+            first = self.use_pooler or self.is_image_model
+            self.classifier_pooling = "last" if self.is_causal else ("cls" if first else "mean")
         if self.position_embedding_combine == "concat" and self.position_embedding_size is None:
             self.position_embedding_size = self.hidden_size // 4
 
@@ -356,8 +366,8 @@ class TurnerConfig(PreTrainedConfig):
             raise _invalid(
                 "tie_word_embeddings",
                 self.tie_word_embeddings,
-                "with concatenated positions the token embedding is narrower than the output head; set "
-                "tie_word_embeddings=False",
+                "with concatenated positions the token embedding is narrower than the output head; leave it "
+                "unset (it then defaults to False) or set tie_word_embeddings=False",
             )
 
 

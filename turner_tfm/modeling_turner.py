@@ -503,6 +503,18 @@ def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) 
     return attn_output, DTensor.from_local(attn_weights, mesh, [Shard(1)], run_check=False).full_tensor()
 
 
+# The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
+# them all, and every saved folder names its modality's in `auto_map`, whichever class was saved.
+AUTO_CLASSES = {
+    False: {
+        "AutoModel": "TurnerModel",
+        "AutoModelForCausalLM": "TurnerForCausalLM",
+        "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
+    },
+    True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
+}
+
+
 class TurnerPreTrainedModel(PreTrainedModel):
     config: TurnerConfig
     base_model_prefix = "model"
@@ -558,6 +570,19 @@ class TurnerPreTrainedModel(PreTrainedModel):
                     module.register_forward_hook(gather_attention_heads, prepend=True)
         return super()._resolve_parallel_plans(distributed_config)
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """`PreTrainedModel.save_pretrained`, with `auto_map` naming every Auto class of the model's modality, so
+        `AutoModel` (feature extraction, sentence-transformers, serving engines) and every head load the folder with
+        `trust_remote_code=True`, whichever class saved it."""
+        if self.is_remote_code():
+            module = type(self).__module__.rsplit(".", 1)[-1]
+            classes = AUTO_CLASSES[self.config.is_image_model]
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                **{auto: f"{module}.{name}" for auto, name in classes.items()},
+            }
+        super().save_pretrained(save_directory, *args, **kwargs)
+
     def _require_modality(self, config: TurnerConfig, image: bool) -> None:
         """A text head needs a text config and the image head an image config (`image_size` set)."""
         if config.is_image_model != image:
@@ -587,11 +612,17 @@ class TurnerModel(TurnerPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Module | None:
-        return getattr(self.embeddings, "embed_tokens", None)
+    def get_input_embeddings(self) -> nn.Module:
+        """The token embedding table, or for images the patch embedding W (§4.2, as ViT returns its own), whose
+        output adapters and gradient checkpointing make require grad."""
+        return getattr(self.embeddings, self._input_embedding_name)
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.embed_tokens = value
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        setattr(self.embeddings, self._input_embedding_name, value)
+
+    @property
+    def _input_embedding_name(self) -> str:
+        return "patch_embed" if self.config.is_image_model else "embed_tokens"
 
     @merge_with_config_defaults
     @capture_outputs
