@@ -1,6 +1,7 @@
 """Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
 it printed."""
 
+import importlib
 import os
 import re
 import subprocess
@@ -64,3 +65,10 @@ def printed_number(output: str, label: str) -> float:
     match = re.search(re.escape(label) + r"\s*" + _NUMBER, output)
     assert match, f"{label!r} not in the output:\n{output[-2000:]}"
     return float(match.group(1))
+
+
+def import_example(name: str) -> object:
+    """`examples/<name>.py` as a module, for its parser (the examples are scripts that import `_cli` as a sibling)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)

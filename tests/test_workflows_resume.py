@@ -1,0 +1,97 @@
+"""Interrupted runs, as a user meets them: a run killed (SIGKILL) right after a checkpoint resumes with
+`--resume-from-checkpoint true` to the very weights and losses of a run never stopped; one process of several that
+dies takes the others down at once, naming what happened; a save cut short is never resumed from or loaded."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .workflow_utils import EXAMPLES, TINY_MODEL, import_example, run_example, script_env
+
+complete_checkpoints = import_example("_cli").complete_checkpoints
+
+LM_RUN = ("--train-file", "text.txt", "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+LM_RUN += ("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL)
+LM_RUN += ("--hidden-dropout", "0.1")  # dropout draws random numbers: the RNG states must come back too
+
+
+def write_text(tmp_path: Path) -> None:
+    (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
+
+
+def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    """A run in its own process group (so a kill reaches every process of a launch), output to a file."""
+    log = (tmp_path / f"run-{time.monotonic_ns()}.log").open("w")
+    return subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=script_env(tmp_path, **env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
+    """SIGKILL the run (every process of it) as soon as a checkpoint is complete; return the newest complete one."""
+    deadline = time.monotonic() + timeout
+    while not complete_checkpoints(output_dir):
+        assert process.poll() is None, f"the run ended (status {process.returncode}) before a checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    return complete_checkpoints(output_dir)[-1]
+
+
+def logged_after(output_dir: Path, step: int) -> list[dict]:
+    """The Trainer's log entries (loss, grad norm, learning rate) after `step`, from the final checkpoint."""
+    state = json.loads((complete_checkpoints(output_dir)[-1] / "trainer_state.json").read_text())
+    return [entry for entry in state["log_history"] if "loss" in entry and entry["step"] > step]
+
+
+def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> None:
+    """The resumed run ends with the uninterrupted run's weights (1e-6) and logged the same losses after the resume."""
+    expected = load_file(uninterrupted / "model.safetensors")
+    for name, tensor in load_file(resumed / "model.safetensors").items():
+        torch.testing.assert_close(tensor, expected[name], atol=1e-6, rtol=0, msg=name)
+    after = logged_after(uninterrupted, resume_step)
+    assert after and logged_after(resumed, resume_step) == after
+
+
+def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp_path: Path) -> None:
+    write_text(tmp_path)
+    script = [sys.executable, str(EXAMPLES / "train_causal_lm.py"), *LM_RUN]
+    killed = start([*script, "--output-dir", "killed"], tmp_path)
+    uninterrupted = start([*script, "--output-dir", "whole"], tmp_path)  # side by side: the machine has 2 cores
+    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
+    assert uninterrupted.wait(timeout=300) == 0
+    resume_step = int(checkpoint.name.split("-")[1])
+    assert resume_step < 24 and not (tmp_path / "killed" / "model.safetensors").exists()
+
+    output = run_example(
+        "train_causal_lm.py", *LM_RUN, "--output-dir", "killed", "--resume-from-checkpoint", "true", tmp_path=tmp_path
+    )
+    assert f"resuming from {checkpoint.relative_to(tmp_path)}" in output
+    assert_same_run(tmp_path / "killed", tmp_path / "whole", resume_step)
+
+
+def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
+    output = run_example(
+        "train_causal_lm.py", "--resume-from-checkpoint", "true", "--output-dir", "empty", tmp_path=tmp_path,
+        expect_failure=True,
+    )  # fmt: skip
+    assert "argument --resume-from-checkpoint: 'true' is not valid: no complete checkpoint-N folder" in output
+    (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
+    output = run_example(
+        "quickstart.py", "--resume-from-checkpoint", "out/checkpoint-5", tmp_path=tmp_path, expect_failure=True
+    )
+    assert "argument --resume-from-checkpoint: 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
+    assert "Traceback" not in output
