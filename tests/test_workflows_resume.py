@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
 import torch
 from safetensors.torch import load_file
 
-from .workflow_utils import EXAMPLES, TINY_MODEL, import_example, run_example, script_env
+from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, import_example, run_example, script_env
 
 complete_checkpoints = import_example("_cli").complete_checkpoints
 
@@ -26,17 +28,25 @@ def write_text(tmp_path: Path) -> None:
     (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
 
 
+def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A user's environment (`script_env`) without their accelerate config, and `extra`."""
+    return script_env(tmp_path, ACCELERATE_CONFIG_FILE=str(tmp_path / "no-config.yaml"), **extra)
+
+
 def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    """A run in its own process group (so a kill reaches every process of a launch), output to a file."""
-    log = (tmp_path / f"run-{time.monotonic_ns()}.log").open("w")
-    return subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=script_env(tmp_path, **env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """A run in its own process group (so a kill reaches every process of a launch), output to `process.log`."""
+    log = tmp_path / f"run-{time.monotonic_ns()}.log"
+    with log.open("w") as file:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=launch_env(tmp_path, **env),
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log = log
+    return process
 
 
 def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
@@ -95,3 +105,87 @@ def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
     )
     assert "argument --resume-from-checkpoint: 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
     assert "Traceback" not in output
+
+
+LAUNCH = accelerate_launch(EXAMPLES / "train_causal_lm.py")
+
+
+@pytest.mark.slow
+def test_a_killed_two_process_run_resumes_exactly(tmp_path: Path) -> None:
+    write_text(tmp_path)
+    killed = start([*LAUNCH, *LM_RUN, "--output-dir", "killed"], tmp_path)
+    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
+    run_example(LAUNCH, *LM_RUN, "--output-dir", "whole", tmp_path=tmp_path, env=launch_env(tmp_path))
+    output = run_example(
+        LAUNCH, *LM_RUN, "--output-dir", "killed", "--resume-from-checkpoint", "true",
+        tmp_path=tmp_path, env=launch_env(tmp_path),
+    )  # fmt: skip
+    assert output.count(f"resuming from {checkpoint.relative_to(tmp_path)}") == 1  # printed by the main process
+    assert sorted(path.name for path in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
+    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
+
+
+CLASSIFIER_RUNS = {
+    "train_text_classifier.py": ("--examples-per-class", "60", "--max-length", "48"),
+    "train_image_classifier.py": ("--image-size", "8", "--patch-size", "4"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CLASSIFIER_RUNS))
+def test_a_killed_classifier_run_resumes_exactly(script: str, tmp_path: Path) -> None:
+    run = (*CLASSIFIER_RUNS[script], "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+    run += ("--per-device-train-batch-size", "8", "--hidden-dropout", "0.1", *TINY_MODEL)
+    command = [sys.executable, str(EXAMPLES / script), *run]
+    killed = start([*command, "--output-dir", "killed"], tmp_path)
+    uninterrupted = start([*command, "--output-dir", "whole"], tmp_path)
+    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
+    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.log.read_text()[-3000:]
+    output = run_example(script, *run, "--output-dir", "killed", "--resume-from-checkpoint", "true", tmp_path=tmp_path)
+    assert f"resuming from {checkpoint.relative_to(tmp_path)}" in output
+    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
+
+
+def worker_pids(launcher: subprocess.Popen) -> dict[int, int]:
+    """{rank: pid} of the processes a launcher started, once they all run."""
+    while True:
+        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
+        workers = {}
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            rank = child.environ().get("RANK")
+            if rank is not None and "accelerate.commands.launch" not in child.cmdline():
+                workers[int(rank)] = child.pid
+        if len(workers) == 2:
+            return workers
+        time.sleep(0.1)
+
+
+def wait_for_training(launcher: subprocess.Popen) -> None:
+    while "'loss'" not in launcher.log.read_text():
+        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("failure", ["exception", pytest.param("SIGKILL", marks=pytest.mark.slow)])
+def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, tmp_path: Path) -> None:
+    write_text(tmp_path)
+    run = [*LM_RUN, "--max-steps", "100000", "--save-steps", "100000", "--output-dir", "out"]  # hours, unless stopped
+    launch = accelerate_launch(Path(__file__).with_name("failing_worker.py"))
+    fail_rank = "1" if failure == "exception" else "none"
+    launcher = start(
+        [*launch, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path, FAIL_RANK=fail_rank, FAIL_AT_STEP="5"
+    )
+    workers = worker_pids(launcher)
+    if failure == "SIGKILL":
+        wait_for_training(launcher)
+        os.kill(workers[1], signal.SIGKILL)
+    try:
+        status = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    output = launcher.log.read_text()
+    named = "RuntimeError: failure injected in process 1 at step 5" if failure == "exception" else "(SIGKILL)"
+    assert status != 0 and named in output, output[-3000:]
+    assert "Root Cause (first observed failure)" in output and "rank      : 1 (local_rank: 1)" in output
+    assert not [pid for pid in workers.values() if psutil.pid_exists(pid)], "a process was left behind"

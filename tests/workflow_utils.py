@@ -4,6 +4,7 @@ it printed."""
 import importlib
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,27 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def accelerate_launch(script: Path, num_processes: int = 2) -> list[str]:
+    """`accelerate launch` of `script` as DDP over `num_processes` CPU processes (gloo on 127.0.0.1, a free port);
+    run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's accelerate config does not apply."""
+    launcher = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(num_processes),
+    ]
+    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return [*launcher, "--main_process_port", str(free_port()), str(script)]
 
 
 def run_example(
