@@ -203,7 +203,10 @@ def training_arguments(args: argparse.Namespace, **overrides: object) -> Trainin
         ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
     )
     kwargs.update(overrides)
-    return TrainingArguments(**kwargs)
+    try:
+        return TrainingArguments(**kwargs)
+    except ValueError as error:  # a combination TrainingArguments refuses, e.g. --bf16 where no bf16 is
+        raise UsageError(f"the training flags do not go together: {error}") from None
 
 
 def train(trainer: Trainer) -> float:

@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers.trainer_utils import get_last_checkpoint
 
 from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, import_example, run_example, script_env
 
@@ -189,3 +190,32 @@ def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, 
     assert status != 0 and named in output, output[-3000:]
     assert "Root Cause (first observed failure)" in output and "rank      : 1 (local_rank: 1)" in output
     assert not [pid for pid in workers.values() if psutil.pid_exists(pid)], "a process was left behind"
+
+
+def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
+    """Killed while checkpoint-4 of a 25M-parameter model is being written (its weights are there, the optimiser's
+    300 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2."""
+    write_text(tmp_path)
+    big = ("--hidden-size", "512", "--num-hidden-layers", "8", "--num-attention-heads", "8")
+    run = ("--train-file", "text.txt", "--max-steps", "6", "--save-steps", "2", "--block-size", "32")
+    run += ("--max-new-tokens", "10", "--per-device-train-batch-size", "2", *big, "--output-dir", "out")
+    process = start([sys.executable, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path)
+    cut_short = tmp_path / "out" / "checkpoint-4"
+    while not (cut_short / "model.safetensors").exists():
+        assert process.poll() is None, process.log.read_text()[-3000:]
+        time.sleep(0.001)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    assert not (cut_short / "trainer_state.json").exists(), "the kill came after the save: nothing was tested"
+    assert get_last_checkpoint(tmp_path / "out") == str(cut_short)
+    assert complete_checkpoints(tmp_path / "out") == [tmp_path / "out" / "checkpoint-2"]
+
+    output = run_example(
+        "train_causal_lm.py", *run, "--resume-from-checkpoint", "out/checkpoint-4", tmp_path=tmp_path,
+        expect_failure=True,
+    )  # fmt: skip
+    assert "'out/checkpoint-4' is not valid: not a complete checkpoint" in output
+    assert "the newest complete one in --output-dir is 'out/checkpoint-2'" in output
+    output = run_example("train_causal_lm.py", *run, "--resume-from-checkpoint", "true", tmp_path=tmp_path)
+    assert "resuming from out/checkpoint-2" in output
+    assert complete_checkpoints(tmp_path / "out")[-1] == tmp_path / "out" / "checkpoint-6"
