@@ -22,6 +22,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     default_data_collator,
     pipeline,
@@ -207,6 +208,18 @@ def training_arguments(args: argparse.Namespace, **overrides: object) -> Trainin
         return TrainingArguments(**kwargs)
     except ValueError as error:  # a combination TrainingArguments refuses, e.g. --bf16 where no bf16 is
         raise UsageError(f"the training flags do not go together: {error}") from None
+
+
+class UnmarkCheckpointBeforeSaving(TrainerCallback):
+    """Before the Trainer saves checkpoint-N into a folder an earlier run left (a run resumed from an older
+    checkpoint), delete that folder's trainer_state.json: the Trainer writes it last, so the folder counts as complete
+    (`_cli.complete_checkpoints`) again only once this save is whole."""
+
+    def on_step_end(self, args: TrainingArguments, state: object, control: object, **kwargs: object) -> None:
+        if control.should_save and args.should_save:
+            (Path(args.output_dir) / f"checkpoint-{state.global_step}" / "trainer_state.json").unlink(missing_ok=True)
+
+    on_epoch_end = on_step_end
 
 
 def train(trainer: Trainer) -> float:
@@ -403,6 +416,7 @@ def causal_lm_trainer(
         eval_dataset=token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
         data_collator=default_data_collator,
         processing_class=tokenizer,
+        callbacks=[UnmarkCheckpointBeforeSaving()],
     )
 
 
@@ -479,6 +493,7 @@ def train_classifier(
         data_collator=data_collator,
         processing_class=processor,
         compute_metrics=accuracy,
+        callbacks=[UnmarkCheckpointBeforeSaving()],
     )
     train_runtime = train(trainer)
     print_loss_curve(trainer)

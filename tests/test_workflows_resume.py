@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, import_example, run_example, script_env
@@ -219,3 +220,30 @@ def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
     output = run_example("train_causal_lm.py", *run, "--resume-from-checkpoint", "true", tmp_path=tmp_path)
     assert "resuming from out/checkpoint-2" in output
     assert complete_checkpoints(tmp_path / "out")[-1] == tmp_path / "out" / "checkpoint-6"
+
+
+def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_whole(tmp_path: Path) -> None:
+    """Resumed from checkpoint-2, a run saves checkpoint-4 again over the one it left before: while that save runs
+    the folder is not complete, so a kill then cannot leave old trainer state beside new weights."""
+    _common, turner = import_example("_common"), import_example("turner_tfm")
+    write_text(tmp_path)
+    flags = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2", "--block-size", "16"]
+    args = import_example("train_causal_lm").build_parser().parse_args([*flags, "--per-device-train-batch-size", "2"])
+    text = (tmp_path / "text.txt").read_text()
+    tokenizer = _common.char_tokenizer([text], model_max_length=16)
+    complete_when_saving = []
+
+    class SeeWhatIsCompleteWhenASaveBegins(TrainerCallback):
+        def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            if control.should_save:
+                complete_when_saving.append([path.name for path in complete_checkpoints(args.output_dir)])
+
+    for resume in (None, str(tmp_path / "out" / "checkpoint-2")):
+        config = turner.TurnerConfig(
+            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+        )
+        trainer = _common.causal_lm_trainer(args, turner.TurnerForCausalLM(config), tokenizer, text, text)
+        trainer.add_callback(SeeWhatIsCompleteWhenASaveBegins())
+        trainer.train(resume_from_checkpoint=resume)
+    assert complete_when_saving == [[], ["checkpoint-2"], ["checkpoint-2"]]
+    assert [path.name for path in complete_checkpoints(tmp_path / "out")] == ["checkpoint-2", "checkpoint-4"]
