@@ -503,8 +503,9 @@ def train_classifier(
         print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")
         processor = {"image_processor" if task == "image-classification" else "tokenizer": trainer.processing_class}
         classify = pipeline(task, model=trainer.model, **processor)
+        cut = {"truncation": True} if task == "text-classification" else {}  # a text longer than --max-length
         print(f"\npipeline('{task}'):")
-        for example, predictions in zip(examples, classify(examples, top_k=1), strict=True):
+        for example, predictions in zip(examples, classify(examples, top_k=1, **cut), strict=True):
             shown = repr(example) if isinstance(example, str) else f"<image {example.size[0]}x{example.size[1]}>"
             print(f"  {shown} -> {predictions[0]['label']} ({predictions[0]['score']:.2f})")
         print()

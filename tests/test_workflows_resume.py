@@ -2,6 +2,7 @@
 `--resume-from-checkpoint true` to the very weights and losses of a run never stopped; one process of several that
 dies takes the others down at once, naming what happened; a save cut short is never resumed from or loaded."""
 
+import contextlib
 import json
 import os
 import signal
@@ -52,15 +53,25 @@ def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
 
 
 def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
-    """SIGKILL the run (every process of it) as soon as a checkpoint is complete; return the newest complete one."""
+    """SIGKILL the run as soon as a checkpoint is complete; return the newest complete one."""
     deadline = time.monotonic() + timeout
     while not complete_checkpoints(output_dir):
         assert process.poll() is None, f"the run ended (status {process.returncode}) before a checkpoint"
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
+    kill_run(process)
     return complete_checkpoints(output_dir)[-1]
+
+
+def kill_run(process: subprocess.Popen) -> None:
+    """SIGKILL a run and every process it started, as a preempted job is (a launcher's workers have sessions of their
+    own, so killing the launcher's process group would not reach them)."""
+    children = psutil.Process(process.pid).children(recursive=True)
+    os.killpg(process.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    process.wait(timeout=30)
 
 
 def logged_after(output_dir: Path, step: int) -> list[dict]:
@@ -185,7 +196,7 @@ def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, 
         status = launcher.wait(timeout=120)
     finally:
         if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
+            kill_run(launcher)
     output = launcher.log.read_text()
     named = "RuntimeError: failure injected in process 1 at step 5" if failure == "exception" else "(SIGKILL)"
     assert status != 0 and named in output, output[-3000:]
@@ -205,8 +216,7 @@ def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
     while not (cut_short / "model.safetensors").exists():
         assert process.poll() is None, process.log.read_text()[-3000:]
         time.sleep(0.001)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
+    kill_run(process)
     assert not (cut_short / "trainer_state.json").exists(), "the kill came after the save: nothing was tested"
     assert get_last_checkpoint(tmp_path / "out") == str(cut_short)
     assert complete_checkpoints(tmp_path / "out") == [tmp_path / "out" / "checkpoint-2"]
