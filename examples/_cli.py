@@ -144,12 +144,11 @@ MODEL_FLAGS: dict[str, dict[str, object]] = {
     "classifier_dropout": {"type": probability},
     "use_pooler": {"action": argparse.BooleanOptionalAction, "help": "a tanh layer on the pooled token (needs cls)"},
 }
-_TEXT_ONLY = ("embedding_layer_norm",)
-_CLASSIFIER_ONLY = ("classifier_pooling", "classifier_dropout", "use_pooler")
-MODEL_FLAGS_BY_TASK = {
-    "causal-lm": [name for name in MODEL_FLAGS if name not in _CLASSIFIER_ONLY],
-    "text-classification": [name for name in MODEL_FLAGS if name != "tie_word_embeddings"],
-    "image-classification": [name for name in MODEL_FLAGS if name not in (*_TEXT_ONLY, "tie_word_embeddings")],
+# The fields of `MODEL_FLAGS` that make no sense for a task, and why.
+MODEL_FLAGS_NOT_FOR = {
+    "causal-lm": ("classifier_pooling", "classifier_dropout", "use_pooler"),  # no classifier head
+    "text-classification": ("tie_word_embeddings",),  # no language-model head to tie
+    "image-classification": ("tie_word_embeddings", "embedding_layer_norm"),  # TurnerConfig refuses both for images
 }
 
 
@@ -169,12 +168,12 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, output_dir: str, 
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, task: str = "causal-lm", **defaults: object) -> None:
-    """The `TurnerConfig` fields that make sense for `task` (a key of `MODEL_FLAGS_BY_TASK`); `defaults` per script,
+    """The `TurnerConfig` fields that make sense for `task` (a key of `MODEL_FLAGS_NOT_FOR`); `defaults` per script,
     the other flags default to TurnerConfig's own."""
     group = parser.add_argument_group(
         "model from scratch (as in turner_tfm.TurnerConfig; a flag left unset keeps the config's default)"
     )
-    _add_flags(group, MODEL_FLAGS, MODEL_FLAGS_BY_TASK[task], defaults)
+    _add_flags(group, MODEL_FLAGS, [name for name in MODEL_FLAGS if name not in MODEL_FLAGS_NOT_FOR[task]], defaults)
 
 
 def run_script(
