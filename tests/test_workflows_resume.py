@@ -89,21 +89,26 @@ def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> Non
     assert after and logged_after(resumed, resume_step) == after
 
 
+def assert_resumes_exactly(command: list[str], run: tuple[str, ...], tmp_path: Path) -> Path:
+    """Run `command` with `run` twice side by side (the machine has 2 cores): one killed right after its first
+    checkpoint and resumed with `--resume-from-checkpoint true`, one never stopped; both must end alike. Returns
+    the checkpoint the run resumed from."""
+    killed = start([*command, *run, "--output-dir", "killed"], tmp_path)
+    uninterrupted = start([*command, *run, "--output-dir", "whole"], tmp_path)
+    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
+    assert uninterrupted.wait(timeout=600) == 0, uninterrupted.log.read_text()[-3000:]
+    assert not (tmp_path / "killed" / "model.safetensors").exists()  # the killed run did not finish
+
+    resume = ("--output-dir", "killed", "--resume-from-checkpoint", "true")
+    output = run_example(command, *run, *resume, tmp_path=tmp_path, env=launch_env(tmp_path))
+    assert output.count(f"resuming from {checkpoint.relative_to(tmp_path)}") == 1  # said by the main process only
+    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
+    return checkpoint
+
+
 def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp_path: Path) -> None:
     write_text(tmp_path)
-    script = [sys.executable, str(EXAMPLES / "train_causal_lm.py"), *LM_RUN]
-    killed = start([*script, "--output-dir", "killed"], tmp_path)
-    uninterrupted = start([*script, "--output-dir", "whole"], tmp_path)  # side by side: the machine has 2 cores
-    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
-    assert uninterrupted.wait(timeout=300) == 0
-    resume_step = int(checkpoint.name.split("-")[1])
-    assert resume_step < 24 and not (tmp_path / "killed" / "model.safetensors").exists()
-
-    output = run_example(
-        "train_causal_lm.py", *LM_RUN, "--output-dir", "killed", "--resume-from-checkpoint", "true", tmp_path=tmp_path
-    )
-    assert f"resuming from {checkpoint.relative_to(tmp_path)}" in output
-    assert_same_run(tmp_path / "killed", tmp_path / "whole", resume_step)
+    assert_resumes_exactly([sys.executable, str(EXAMPLES / "train_causal_lm.py")], LM_RUN, tmp_path)
 
 
 def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
@@ -120,43 +125,31 @@ def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
     assert "Traceback" not in output
 
 
-LAUNCH = accelerate_launch(EXAMPLES / "train_causal_lm.py")
-
-
 @pytest.mark.slow
 def test_a_killed_two_process_run_resumes_exactly(tmp_path: Path) -> None:
     write_text(tmp_path)
-    killed = start([*LAUNCH, *LM_RUN, "--output-dir", "killed"], tmp_path)
-    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
-    run_example(LAUNCH, *LM_RUN, "--output-dir", "whole", tmp_path=tmp_path, env=launch_env(tmp_path))
-    output = run_example(
-        LAUNCH, *LM_RUN, "--output-dir", "killed", "--resume-from-checkpoint", "true",
-        tmp_path=tmp_path, env=launch_env(tmp_path),
-    )  # fmt: skip
-    assert output.count(f"resuming from {checkpoint.relative_to(tmp_path)}") == 1  # printed by the main process
+    checkpoint = assert_resumes_exactly(accelerate_launch(EXAMPLES / "train_causal_lm.py"), LM_RUN, tmp_path)
     assert sorted(path.name for path in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
-    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
 
 
-CLASSIFIER_RUNS = {
-    "train_text_classifier.py": ("--examples-per-class", "60", "--max-length", "48"),
-    "train_image_classifier.py": ("--image-size", "8", "--patch-size", "4"),
+RUNS = {
+    "train_text_classifier.py": ("--examples-per-class", "60", "--max-length", "48", *TINY_MODEL),
+    "train_image_classifier.py": ("--image-size", "8", "--patch-size", "4", *TINY_MODEL),
+    "finetune_lora.py": ("--model-name-or-path", "base", "--block-size", "32", "--max-new-tokens", "5"),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(CLASSIFIER_RUNS))
-def test_a_killed_classifier_run_resumes_exactly(script: str, tmp_path: Path) -> None:
-    run = (*CLASSIFIER_RUNS[script], "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
-    run += ("--per-device-train-batch-size", "8", "--hidden-dropout", "0.1", *TINY_MODEL)
-    command = [sys.executable, str(EXAMPLES / script), *run]
-    killed = start([*command, "--output-dir", "killed"], tmp_path)
-    uninterrupted = start([*command, "--output-dir", "whole"], tmp_path)
-    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
-    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.log.read_text()[-3000:]
-    output = run_example(script, *run, "--output-dir", "killed", "--resume-from-checkpoint", "true", tmp_path=tmp_path)
-    assert f"resuming from {checkpoint.relative_to(tmp_path)}" in output
-    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_a_killed_classifier_or_lora_run_resumes_exactly(script: str, tmp_path: Path) -> None:
+    if script == "finetune_lora.py":  # a base model to adapt, and dropout in the adapters
+        write_text(tmp_path)
+        run_example("train_causal_lm.py", *LM_RUN, "--max-steps", "2", "--output-dir", "base", tmp_path=tmp_path)
+    dropout = ("--lora-dropout", "0.1") if script == "finetune_lora.py" else ("--hidden-dropout", "0.1")
+    run = (*RUNS[script], *dropout, "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+    assert_resumes_exactly(
+        [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
+    )
 
 
 def worker_pids(launcher: subprocess.Popen) -> dict[int, int]:
@@ -205,10 +198,10 @@ def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, 
 
 
 def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
-    """Killed while checkpoint-4 of a 25M-parameter model is being written (its weights are there, the optimiser's
-    300 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2."""
+    """Killed while checkpoint-4 of an 11M-parameter model is being written (its weights are there, the optimiser's
+    85 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2."""
     write_text(tmp_path)
-    big = ("--hidden-size", "512", "--num-hidden-layers", "8", "--num-attention-heads", "8")
+    big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
     run = ("--train-file", "text.txt", "--max-steps", "6", "--save-steps", "2", "--block-size", "32")
     run += ("--max-new-tokens", "10", "--per-device-train-batch-size", "2", *big, "--output-dir", "out")
     process = start([sys.executable, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path)
@@ -226,10 +219,7 @@ def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
         expect_failure=True,
     )  # fmt: skip
     assert "'out/checkpoint-4' is not valid: not a complete checkpoint" in output
-    assert "the newest complete one in --output-dir is 'out/checkpoint-2'" in output
-    output = run_example("train_causal_lm.py", *run, "--resume-from-checkpoint", "true", tmp_path=tmp_path)
-    assert "resuming from out/checkpoint-2" in output
-    assert complete_checkpoints(tmp_path / "out")[-1] == tmp_path / "out" / "checkpoint-6"
+    assert "the newest complete one in --output-dir is 'out/checkpoint-2'" in output  # what `true` resumes from
 
 
 def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_whole(tmp_path: Path) -> None:
