@@ -1,6 +1,6 @@
 """Interrupted runs, as a user meets them: a run killed (SIGKILL) right after a checkpoint resumes with
 `--resume-from-checkpoint true` to the very weights and losses of a run never stopped; one process of several that
-dies takes the others down at once, naming what happened; a save cut short is never resumed from or loaded."""
+dies takes the others down at once, naming what happened; a save cut short is never resumed from."""
 
 import contextlib
 import json
@@ -37,7 +37,7 @@ def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    """A run in its own process group (so a kill reaches every process of a launch), output to `process.log`."""
+    """A run in a session of its own (as from a user's shell), its output in the file `process.log`."""
     log = tmp_path / f"run-{time.monotonic_ns()}.log"
     with log.open("w") as file:
         process = subprocess.Popen(
@@ -199,7 +199,8 @@ def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, 
 
 def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
     """Killed while checkpoint-4 of an 11M-parameter model is being written (its weights are there, the optimiser's
-    85 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2."""
+    85 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2. (The
+    weights in it are whole: safetensors writes a temporary file and renames it.)"""
     write_text(tmp_path)
     big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
     run = ("--train-file", "text.txt", "--max-steps", "6", "--save-steps", "2", "--block-size", "32")
