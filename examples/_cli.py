@@ -6,13 +6,15 @@ answer at once.
 """
 
 import argparse
+import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup")
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rotary", "none")
 
 
 def _number(kind: type, low: float, low_inclusive: bool, high: float | None = None) -> Callable[[str], float]:
@@ -59,76 +61,121 @@ def existing_dir(text: str) -> Path:
     return path
 
 
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default after its help, but not `None`: an unset flag's help says what happens."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def new_parser(description: str) -> argparse.ArgumentParser:
     """A parser that shows each flag's default in `--help`."""
-    return argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return argparse.ArgumentParser(description=description, formatter_class=_ShowDefaults)
 
 
-def add_training_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    output_dir: str,
-    max_steps: int = -1,
-    num_train_epochs: float = 3.0,
-    learning_rate: float = 1e-3,
-    per_device_train_batch_size: int = 32,
-    warmup_steps: float = 0.05,
-    logging_steps: int = 25,
-) -> None:
-    """The `TrainingArguments` every script exposes, spelled as there with dashes; defaults per script."""
+# The `TrainingArguments` fields every training script exposes: the flag is the field's name with dashes, the value
+# goes to `TrainingArguments` as it is (`_common.training_arguments`), and tests/test_example_flags.py checks each
+# against `TrainingArguments` itself. Exposing one more field is one more entry: its argparse keywords.
+TRAINING_FLAGS: dict[str, dict[str, object]] = {
+    "output_dir": {"help": "where checkpoints, the model, tokenizer and card are saved"},
+    "max_steps": {"type": int, "default": -1, "help": "optimiser steps; -1 trains for --num-train-epochs"},
+    "num_train_epochs": {"type": positive_float, "default": 3.0},
+    "learning_rate": {"type": positive_float, "default": 1e-3},
+    "per_device_train_batch_size": {"type": positive_int, "default": 32},
+    "per_device_eval_batch_size": {"type": positive_int, "default": 64},
+    "gradient_accumulation_steps": {"type": positive_int, "default": 1},
+    "warmup_steps": {
+        "type": non_negative_float,
+        "default": 0.05,
+        "help": "warm-up steps, or a fraction of all steps if below 1",
+    },
+    "weight_decay": {"type": non_negative_float, "default": 0.01},
+    "lr_scheduler_type": {"choices": LR_SCHEDULERS, "default": "cosine"},
+    "logging_steps": {"type": positive_int, "default": 25},
+    "eval_steps": {"type": positive_int, "default": None, "help": "evaluate every N steps (default: at the end)"},
+    "save_steps": {"type": positive_int, "default": None, "help": "save a checkpoint every N steps (default: never)"},
+    "save_total_limit": {"type": positive_int, "default": None, "help": "keep only the newest N checkpoints"},
+    "resume_from_checkpoint": {
+        "default": None,
+        "metavar": "PATH|true",
+        "help": "continue a run from its checkpoint-N folder, or `true` for the newest complete one in --output-dir",
+    },
+    "seed": {"type": non_negative_int, "default": 42},
+    "bf16": {"action": "store_true", "help": "bfloat16 mixed precision"},
+    "torch_compile": {"action": "store_true", "help": "compile the model with torch.compile"},
+    "use_cpu": {
+        "action": "store_true",
+        "help": "train on the CPU even if a GPU is there (automatic for several processes without a GPU)",
+    },
+    "ddp_timeout": {
+        "type": positive_int,
+        "default": 1800,
+        "help": "seconds a process waits for the others in a collective before it gives up",
+    },
+    "report_to": {"default": "none", "help": "experiment tracker(s) for the Trainer, e.g. tensorboard"},
+}
+
+# The `TurnerConfig` fields a model trained from scratch can set, by task. A flag left unset keeps TurnerConfig's own
+# default; tests/test_example_flags.py checks the names, choices and switches against `TurnerConfig`.
+MODEL_FLAGS: dict[str, dict[str, object]] = {
+    "hidden_size": {"type": positive_int, "help": "D, features per token"},
+    "num_hidden_layers": {"type": positive_int, "help": "M, blocks"},
+    "num_attention_heads": {"type": positive_int, "help": "H, heads"},
+    "head_dim": {"type": positive_int, "help": "K, features per query and key (default: D / H)"},
+    "intermediate_size": {"type": positive_int, "help": "MLP width (default: 4 x --hidden-size)"},
+    "mlp_hidden_layers": {"type": int, "choices": (1, 2), "help": "hidden layers of the MLP (footnote 14)"},
+    "hidden_act": {"help": "the MLP's activation, a name in transformers' ACT2FN"},
+    "hidden_dropout": {"type": probability},
+    "attention_dropout": {"type": probability},
+    "position_embedding_type": {"choices": POSITION_EMBEDDING_TYPES, "help": "§3; rotary: relative positions"},
+    "position_embedding_combine": {"choices": ("add", "concat"), "help": "add positions, or concatenate them"},
+    "position_embedding_size": {"type": positive_int, "help": "width of concatenated positions (default: D / 4)"},
+    "rope_theta": {"type": positive_float, "help": "base of the rotary frequencies"},
+    "share_query_key": {"action": argparse.BooleanOptionalAction, "help": "U_q = U_k (footnote 9)"},
+    "normalization": {"choices": ("layernorm", "rmsnorm", "batchnorm"), "help": "layernorm is TokenNorm (§2.3)"},
+    "norm_position": {"choices": ("pre", "post"), "help": "norm on the inputs of MHSA and MLP, or after the sum"},
+    "layer_norm_eps": {"type": positive_float},
+    "initializer_range": {"type": positive_float, "help": "standard deviation of the initial weights"},
+    "attention_bias": {"action": argparse.BooleanOptionalAction},
+    "mlp_bias": {"action": argparse.BooleanOptionalAction},
+    "embedding_layer_norm": {"action": argparse.BooleanOptionalAction, "help": "a norm after the embeddings"},
+    "tie_word_embeddings": {"action": argparse.BooleanOptionalAction, "help": "lm_head shares the input embedding"},
+    "classifier_pooling": {"choices": ("cls", "mean", "last"), "help": "which token(s) the classifier reads"},
+    "classifier_dropout": {"type": probability},
+    "use_pooler": {"action": argparse.BooleanOptionalAction, "help": "a tanh layer on the pooled token (needs cls)"},
+}
+# The fields of `MODEL_FLAGS` that make no sense for a task, and why.
+MODEL_FLAGS_NOT_FOR = {
+    "causal-lm": ("classifier_pooling", "classifier_dropout", "use_pooler"),  # no classifier head
+    "text-classification": ("tie_word_embeddings",),  # no language-model head to tie
+    "image-classification": ("tie_word_embeddings", "embedding_layer_norm"),  # TurnerConfig refuses both for images
+    # sentence-transformers pools the backbone's output itself: no head to tie, no classifier
+    "sentence-embedding": ("tie_word_embeddings", "classifier_pooling", "classifier_dropout", "use_pooler"),
+}
+
+
+def _add_flags(group: argparse._ArgumentGroup, specs: dict[str, dict], names: list[str], defaults: dict) -> None:
+    unknown = sorted(set(defaults) - set(names))
+    if unknown:
+        raise TypeError(f"no such flag to set a default for: {unknown}")
+    for name in names:
+        spec = {**specs[name], **({"default": defaults[name]} if name in defaults else {})}
+        group.add_argument(_flag(name), **spec)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, *, output_dir: str, **defaults: object) -> None:
+    """Every flag of `TRAINING_FLAGS`, spelled as in `TrainingArguments` with dashes; `defaults` per script."""
     group = parser.add_argument_group("training (as in transformers.TrainingArguments)")
-    group.add_argument("--output-dir", default=output_dir, help="where the model, tokenizer and card are saved")
-    group.add_argument(
-        "--max-steps", type=int, default=max_steps, help="optimiser steps; -1 trains for --num-train-epochs"
-    )
-    group.add_argument("--num-train-epochs", type=positive_float, default=num_train_epochs)
-    group.add_argument("--learning-rate", type=positive_float, default=learning_rate)
-    group.add_argument("--per-device-train-batch-size", type=positive_int, default=per_device_train_batch_size)
-    group.add_argument("--per-device-eval-batch-size", type=positive_int, default=64)
-    group.add_argument("--gradient-accumulation-steps", type=positive_int, default=1)
-    group.add_argument(
-        "--warmup-steps",
-        type=non_negative_float,
-        default=warmup_steps,
-        help="warm-up steps, or a fraction of all steps if below 1",
-    )
-    group.add_argument("--weight-decay", type=non_negative_float, default=0.01)
-    group.add_argument("--lr-scheduler-type", choices=LR_SCHEDULERS, default="cosine")
-    group.add_argument("--logging-steps", type=positive_int, default=logging_steps)
-    group.add_argument(
-        "--eval-steps", type=positive_int, default=None, help="evaluate every N steps (default: at the end)"
-    )
-    group.add_argument(
-        "--save-steps", type=positive_int, default=None, help="save a checkpoint every N steps (default: never)"
-    )
-    group.add_argument("--seed", type=non_negative_int, default=42)
-    group.add_argument(
-        "--use-cpu",
-        action="store_true",
-        help="train on the CPU even if a GPU is there (automatic for several processes without a GPU)",
-    )
-    group.add_argument("--report-to", default="none", help="experiment tracker(s) for the Trainer, e.g. tensorboard")
+    _add_flags(group, TRAINING_FLAGS, list(TRAINING_FLAGS), {"output_dir": output_dir, **defaults})
 
 
-def add_model_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    hidden_size: int,
-    num_hidden_layers: int,
-    num_attention_heads: int,
-    hidden_dropout: float = 0.0,
-) -> None:
-    """The `TurnerConfig` fields a script exposes for a model trained from scratch."""
-    group = parser.add_argument_group("model from scratch (as in turner_tfm.TurnerConfig)")
-    group.add_argument("--hidden-size", type=positive_int, default=hidden_size, help="D, features per token")
-    group.add_argument("--num-hidden-layers", type=positive_int, default=num_hidden_layers, help="M, blocks")
-    group.add_argument("--num-attention-heads", type=positive_int, default=num_attention_heads, help="H, heads")
-    group.add_argument(
-        "--intermediate-size", type=positive_int, default=None, help="MLP width (default: 4 x --hidden-size)"
+def add_model_arguments(parser: argparse.ArgumentParser, *, task: str = "causal-lm", **defaults: object) -> None:
+    """The `TurnerConfig` fields that make sense for `task` (a key of `MODEL_FLAGS_NOT_FOR`); `defaults` per script,
+    the other flags default to TurnerConfig's own."""
+    group = parser.add_argument_group(
+        "model from scratch (as in turner_tfm.TurnerConfig; a flag left unset keeps the config's default)"
     )
-    group.add_argument("--hidden-dropout", type=probability, default=hidden_dropout)
-    group.add_argument("--attention-dropout", type=probability, default=0.0)
-    group.add_argument("--position-embedding-type", choices=POSITION_EMBEDDING_TYPES, default="learned")
+    _add_flags(group, MODEL_FLAGS, [name for name in MODEL_FLAGS if name not in MODEL_FLAGS_NOT_FOR[task]], defaults)
 
 
 def run_script(
@@ -152,22 +199,27 @@ def run_script(
     for flag, needed in (requires or {}).items():
         if getattr(args, flag) is not None and getattr(args, needed) is None:
             parser.error(f"argument {_flag(flag)}: it needs {_flag(needed)} (the built-in data makes its own split)")
+    finished = False
     try:
         run(args)
+        finished = True
     except UsageError as error:
         parser.error(str(error))
     finally:
-        _leave_process_group()
+        _leave_process_group(wait_for_the_others=finished)
 
 
-def _leave_process_group() -> None:
-    """Under `accelerate launch`, wait for every process, then close the group: a process that exits while gloo's
-    threads still run aborts ("terminate called without an active exception") and fails the whole launch."""
+def _leave_process_group(wait_for_the_others: bool) -> None:
+    """Under `accelerate launch`, close the group: a process that exits while gloo's threads still run aborts
+    ("terminate called without an active exception") and fails the whole launch. After a success every process waits
+    for the others first; after a failure none does (the others may be inside a collective that will never finish),
+    so this process exits at once and the launcher stops the rest, naming the failed one."""
     torch_module = sys.modules.get("torch")
     if torch_module is None or not torch_module.distributed.is_available():
         return
     if torch_module.distributed.is_initialized():
-        torch_module.distributed.barrier()
+        if wait_for_the_others:
+            torch_module.distributed.barrier()
         torch_module.distributed.destroy_process_group()
 
 
@@ -188,6 +240,49 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     image, patch = getattr(args, "image_size", None), getattr(args, "patch_size", None)
     if image is not None and patch is not None and image % patch:
         parser.error(f"argument --patch-size: {patch} is not valid: it must divide --image-size {image}")
+    if getattr(args, "resume_from_checkpoint", None) is not None:
+        args.resume_from_checkpoint = _checkpoint_to_resume(parser, args.resume_from_checkpoint, args.output_dir)
+
+
+def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The Trainer's checkpoint-N folders in `output_dir` whose save finished, oldest first.
+
+    The Trainer writes trainer_state.json last (after the weights, optimiser, scheduler and RNG states), so a folder
+    without a readable one is a save that was cut short: it is never resumed from.
+    """
+    folder = Path(output_dir)
+    found = [path for path in folder.iterdir() if _CHECKPOINT.match(path.name)] if folder.is_dir() else []
+    return sorted((path for path in found if _is_complete(path)), key=lambda path: int(path.name.split("-")[1]))
+
+
+_CHECKPOINT = re.compile(r"^checkpoint-\d+$")  # as transformers.trainer_utils names them
+
+
+def _is_complete(checkpoint: Path) -> bool:
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _checkpoint_to_resume(parser: argparse.ArgumentParser, value: str, output_dir: str) -> str:
+    """--resume-from-checkpoint as a folder: `true` is the newest complete checkpoint in --output-dir."""
+    checkpoints = complete_checkpoints(output_dir)
+    newest = f"; the newest complete one in --output-dir is {str(checkpoints[-1])!r}" if checkpoints else ""
+    if value.lower() == "true":
+        if not checkpoints:
+            parser.error(
+                f"argument --resume-from-checkpoint: 'true' is not valid: no complete checkpoint-N folder in "
+                f"--output-dir {output_dir!r} (leave the flag out to start afresh)"
+            )
+        return str(checkpoints[-1])
+    if not _is_complete(Path(value)):
+        parser.error(
+            f"argument --resume-from-checkpoint: {value!r} is not valid: not a complete checkpoint (no readable "
+            f"trainer_state.json: the save was cut short, or it is no checkpoint-N folder){newest}"
+        )
+    return value
 
 
 class UsageError(ValueError):

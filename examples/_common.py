@@ -15,19 +15,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _cli import UsageError
+from _cli import MODEL_FLAGS, TRAINING_FLAGS, UsageError
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     default_data_collator,
     pipeline,
     set_seed,
 )
 
+from turner_tfm import TurnerConfig
 from turner_tfm.cards import write_model_card
 
 # Pure-Python standard-library modules whose docstrings and code make the default corpora: present in every
@@ -179,43 +181,58 @@ def token_blocks(tokenizer: PreTrainedTokenizerFast, text: str, block_size: int,
     return Dataset.from_dict({"input_ids": blocks, "labels": blocks})
 
 
-def scratch_config(args: argparse.Namespace) -> dict:
-    """The `TurnerConfig` fields that `_cli.add_model_arguments` exposes, from the parsed flags."""
-    names = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_dropout")
-    names += ("attention_dropout", "position_embedding_type")
-    return {name: getattr(args, name) for name in names}
+def turner_config(args: argparse.Namespace, **fields: object) -> TurnerConfig:
+    """`TurnerConfig` from the flags of `_cli.add_model_arguments` (those left unset keep the config's defaults) and
+    the `fields` the script derives from its data; a bad combination of flags is reported like a bad flag."""
+    flags = {name: getattr(args, name) for name in MODEL_FLAGS if getattr(args, name, None) is not None}
+    try:
+        return TurnerConfig(**fields, **flags)
+    except ValueError as error:
+        raise UsageError(f"the model flags make no valid model: {error}") from None
 
 
 def training_arguments(
     args: argparse.Namespace, arguments_class: type[TrainingArguments] = TrainingArguments, **overrides: object
 ) -> TrainingArguments:
     """`TrainingArguments` (or the subclass `arguments_class`, e.g. sentence-transformers') from the flags of
-    `_cli.add_training_arguments`; `overrides` win."""
-    kwargs = dict(
-        output_dir=args.output_dir,
-        max_steps=args.max_steps,
-        num_train_epochs=args.num_train_epochs,
-        learning_rate=args.learning_rate,
-        per_device_train_batch_size=args.per_device_train_batch_size,
-        per_device_eval_batch_size=args.per_device_eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        warmup_steps=args.warmup_steps,
-        weight_decay=args.weight_decay,
-        lr_scheduler_type=args.lr_scheduler_type,
-        logging_steps=args.logging_steps,
+    `_cli.add_training_arguments` (each passed as it is); `overrides` win."""
+    kwargs = {name: getattr(args, name) for name in TRAINING_FLAGS}
+    kwargs.update(
         logging_first_step=True,
         eval_strategy="steps" if args.eval_steps else "no",
-        eval_steps=args.eval_steps,
         save_strategy="steps" if args.save_steps else "no",
         save_steps=args.save_steps or 500,
-        seed=args.seed,
-        report_to=args.report_to,
         dataloader_pin_memory=torch.cuda.is_available(),
         use_cpu=args.use_cpu or distributed_without_gpu(),
         ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
     )
     kwargs.update(overrides)
-    return arguments_class(**kwargs)
+    try:
+        return arguments_class(**kwargs)
+    except ValueError as error:  # a combination TrainingArguments refuses, e.g. --bf16 where no bf16 is
+        raise UsageError(f"the training flags do not go together: {error}") from None
+
+
+class UnmarkCheckpointBeforeSaving(TrainerCallback):
+    """Before the Trainer saves checkpoint-N into a folder an earlier run left (a run resumed from an older
+    checkpoint), delete that folder's trainer_state.json: the Trainer writes it last, so the folder counts as complete
+    (`_cli.complete_checkpoints`) again only once this save is whole."""
+
+    def on_step_end(self, args: TrainingArguments, state: object, control: object, **kwargs: object) -> None:
+        if control.should_save and args.should_save:
+            (Path(args.output_dir) / f"checkpoint-{state.global_step}" / "trainer_state.json").unlink(missing_ok=True)
+
+    on_epoch_end = on_step_end
+
+
+def train(trainer: Trainer) -> float:
+    """`trainer.train()`, continued from --resume-from-checkpoint when it is given (model, optimiser, schedule, RNG
+    states and the place in the data all come back, so the run goes on as if never stopped); returns the seconds
+    this run trained."""
+    checkpoint = trainer.args.resume_from_checkpoint
+    if checkpoint is not None:
+        announce(f"resuming from {checkpoint}")
+    return trainer.train(resume_from_checkpoint=checkpoint).metrics["train_runtime"]
 
 
 def is_main_process() -> bool:
@@ -402,6 +419,7 @@ def causal_lm_trainer(
         eval_dataset=token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
         data_collator=default_data_collator,
         processing_class=tokenizer,
+        callbacks=[UnmarkCheckpointBeforeSaving()],
     )
 
 
@@ -478,8 +496,9 @@ def train_classifier(
         data_collator=data_collator,
         processing_class=processor,
         compute_metrics=accuracy,
+        callbacks=[UnmarkCheckpointBeforeSaving()],
     )
-    train_runtime = trainer.train().metrics["train_runtime"]
+    train_runtime = train(trainer)
     print_loss_curve(trainer)
     metrics = trainer.evaluate()
     results = {"accuracy": metrics["eval_accuracy"]}
@@ -487,8 +506,9 @@ def train_classifier(
         print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")
         processor = {"image_processor" if task == "image-classification" else "tokenizer": trainer.processing_class}
         classify = pipeline(task, model=trainer.model, **processor)
+        cut = {"truncation": True} if task == "text-classification" else {}  # a text longer than --max-length
         print(f"\npipeline('{task}'):")
-        for example, predictions in zip(examples, classify(examples, top_k=1), strict=True):
+        for example, predictions in zip(examples, classify(examples, top_k=1, **cut), strict=True):
             shown = repr(example) if isinstance(example, str) else f"<image {example.size[0]}x{example.size[1]}>"
             print(f"  {shown} -> {predictions[0]['label']} ({predictions[0]['score']:.2f})")
         print()

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
     trainer = _common.causal_lm_trainer(args, peft_model, tokenizer, train_text, eval_text)
     before = trainer.evaluate()["eval_loss"]
     _common.announce(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
-    train_runtime = trainer.train().metrics["train_runtime"]
+    train_runtime = _common.train(trainer)
     peft_model.save_pretrained(f"{args.output_dir}/adapter")
     _common.announce(f"adapter saved to {args.output_dir}/adapter")
 

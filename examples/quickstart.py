@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
     import _common
     from transformers import set_seed
 
-    from turner_tfm import TurnerConfig, TurnerForCausalLM
+    from turner_tfm import TurnerForCausalLM
 
     set_seed(args.seed)
     text = _common.stdlib_docstrings()
@@ -52,19 +52,19 @@ def run(args: argparse.Namespace) -> None:
     tokenizer = _common.char_tokenizer([train_text], model_max_length=args.block_size)
     _common.announce(f"corpus: {_common.STDLIB_DOCS_NAME}, {len(text):,} characters, {len(tokenizer)} distinct tokens")
 
-    config = TurnerConfig(
+    config = _common.turner_config(
+        args,
         vocab_size=len(tokenizer),
         max_position_embeddings=args.block_size,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **_common.scratch_config(args),
     )
     _common.check_sample_length(args, tokenizer, config)
     model = TurnerForCausalLM(config)
     _common.announce(f"model: TurnerForCausalLM, {_common.count_parameters(model):,} parameters")
 
     trainer = _common.causal_lm_trainer(args, model, tokenizer, train_text, eval_text)
-    train_runtime = trainer.train().metrics["train_runtime"]
+    train_runtime = _common.train(trainer)
     _common.finish_causal_lm(
         trainer, args, train_runtime, dataset_name=_common.STDLIB_DOCS_NAME, dataset_id=_common.STDLIB_DOCS_ID
     )

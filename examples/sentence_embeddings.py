@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("tokenizer and pairs")
     group.add_argument("--vocab-size", type=positive_int, default=2000, help="tokens of the BPE tokenizer")
     group.add_argument("--min-words", type=positive_int, default=8, help="shortest paragraph that makes a pair")
-    add_model_arguments(parser, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, hidden_dropout=0.1)
+    sizes = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "hidden_dropout": 0.1}
+    add_model_arguments(parser, task="sentence-embedding", **sizes)
     parser.add_argument("--query", default="Return the absolute value", help="searched among held-out paragraphs")
     return parser
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> None:
     from sentence_transformers.sentence_transformer import losses, modules
     from transformers import set_seed
 
-    from turner_tfm import TurnerConfig, TurnerModel
+    from turner_tfm import TurnerModel
 
     set_seed(args.seed)
     text, dataset_name, _ = _common.load_text_corpus(args)
@@ -88,13 +89,13 @@ def run(args: argparse.Namespace) -> None:
         )
     train = Dataset.from_dict({"anchor": firsts[:-held_out], "positive": seconds[:-held_out]})
     tokenizer = _common.bpe_tokenizer(firsts + seconds, args.vocab_size, model_max_length=args.block_size)
-    config = TurnerConfig(
+    config = _common.turner_config(
+        args,
         vocab_size=len(tokenizer),
         max_position_embeddings=args.block_size,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         is_causal=False,  # every token sees the whole sentence before pooling
-        **_common.scratch_config(args),
     )
     with tempfile.TemporaryDirectory() as backbone:  # sentence-transformers' Transformer module loads a folder
         TurnerModel(config).save_pretrained(backbone)
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> None:
     )
     loss = losses.MultipleNegativesRankingLoss(model)
     trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=train, loss=loss)
-    trainer.train()
+    _common.train(trainer)
     _common.print_loss_curve(trainer)
     after = retrieval_accuracy(model, anchors, positives)
     print(f"held-out retrieval accuracy (top-1 of {held_out}): {before:.3f} before training -> {after:.3f} after")

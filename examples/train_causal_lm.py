@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     import _common
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from turner_tfm import TurnerConfig, TurnerForCausalLM
+    from turner_tfm import TurnerForCausalLM
 
     set_seed(args.seed)
     text, dataset_name, dataset_id = _common.load_text_corpus(args)
@@ -64,12 +64,12 @@ def run(args: argparse.Namespace) -> None:
             tokenizer = _common.bpe_tokenizer(lines, args.vocab_size, model_max_length=args.block_size)
         else:
             tokenizer = _common.char_tokenizer([train_text], model_max_length=args.block_size)
-        config = TurnerConfig(
+        config = _common.turner_config(
+            args,
             vocab_size=len(tokenizer),
             max_position_embeddings=args.block_size,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
-            **_common.scratch_config(args),
         )
         model = TurnerForCausalLM(config)
     if args.block_size > model.config.max_position_embeddings and model.config.position_embedding_type == "learned":
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> None:
     )
 
     trainer = _common.causal_lm_trainer(args, model, tokenizer, train_text, eval_text)
-    train_runtime = trainer.train().metrics["train_runtime"]
+    train_runtime = _common.train(trainer)
     _common.finish_causal_lm(
         trainer,
         args,

@@ -37,7 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--test-dir", type=existing_dir, default=None, help="held-out images, laid out the same")
     group.add_argument("--image-size", type=positive_int, default=8, help="images are resized to this square")
     group.add_argument("--patch-size", type=positive_int, default=2, help="side of each square patch (§4.2)")
-    add_model_arguments(parser, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, hidden_dropout=0.1)
+    add_model_arguments(
+        parser,
+        task="image-classification",
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        hidden_dropout=0.1,
+    )
     return parser
 
 
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> None:
     import torch
     from transformers import ViTImageProcessorPil, set_seed
 
-    from turner_tfm import TurnerConfig, TurnerForImageClassification
+    from turner_tfm import TurnerForImageClassification
 
     set_seed(args.seed)
     train, test, dataset_name = load_data(args)
@@ -103,13 +110,13 @@ def run(args: argparse.Namespace) -> None:
         image_std=[0.5, 0.5, 0.5],
         do_convert_rgb=True,
     )
-    config = TurnerConfig(
+    config = _common.turner_config(
+        args,
         image_size=args.image_size,
         patch_size=args.patch_size,
         num_channels=3,
         is_causal=False,
         **_common.label_maps(train),
-        **_common.scratch_config(args),
     )
     model = TurnerForImageClassification(config)
     _common.announce(

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-name-or-path", default=None, help="start from this saved Turner model and its tokenizer"
     )
-    add_model_arguments(parser, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    add_model_arguments(parser, task="text-classification", hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
     return parser
 
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> None:
     import _common
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from turner_tfm import TurnerConfig, TurnerForSequenceClassification
+    from turner_tfm import TurnerForSequenceClassification
 
     _common.set_seed(args.seed)
     train, test, dataset_name = load_data(args)
@@ -112,15 +112,14 @@ def run(args: argparse.Namespace) -> None:
         model.config.pad_token_id = tokenizer.pad_token_id
     else:
         tokenizer = _common.char_tokenizer(train["text"], model_max_length=args.max_length)
-        config = TurnerConfig(
+        config = _common.turner_config(
+            args,
             vocab_size=len(tokenizer),
             max_position_embeddings=args.max_length,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
             is_causal=False,
-            classifier_pooling="mean",
             **labels,
-            **_common.scratch_config(args),
         )
         model = TurnerForSequenceClassification(config)
     _common.announce(

@@ -10,16 +10,13 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .fsdp_worker import global_batch, tiny_model, train
-from .workflow_utils import EXAMPLES, TINY_MODEL, free_port, run_example, script_env
+from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, run_example, script_env
 
 
 def test_accelerate_launch_trains_on_two_processes_and_the_result_loads(tmp_path: Path) -> None:
     (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    launcher += ["--main_process_port", str(free_port()), str(EXAMPLES / "train_causal_lm.py")]
     output = run_example(
-        launcher,
+        accelerate_launch(EXAMPLES / "train_causal_lm.py"),
         *("--train-file", "text.txt", "--output-dir", "ddp", "--max-steps", "6", "--logging-steps", "2"),
         *("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL),
         tmp_path=tmp_path,

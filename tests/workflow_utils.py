@@ -1,6 +1,7 @@
 """Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
 it printed."""
 
+import importlib
 import os
 import re
 import socket
@@ -34,6 +35,21 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def accelerate_launch(script: Path, num_processes: int = 2) -> list[str]:
+    """`accelerate launch` of `script` as DDP over `num_processes` CPU processes (gloo on 127.0.0.1, a free port);
+    run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's accelerate config does not apply."""
+    launcher = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(num_processes),
+    ]
+    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return [*launcher, "--main_process_port", str(free_port()), str(script)]
 
 
 def run_example(
@@ -72,3 +88,10 @@ def printed_number(output: str, label: str) -> float:
     match = re.search(re.escape(label) + r"\s*" + _NUMBER, output)
     assert match, f"{label!r} not in the output:\n{output[-2000:]}"
     return float(match.group(1))
+
+
+def import_example(name: str) -> object:
+    """`examples/<name>.py` as a module, for its parser (the examples are scripts that import `_cli` as a sibling)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)

@@ -1,0 +1,250 @@
+"""Interrupted runs, as a user meets them: a run killed (SIGKILL) right after a checkpoint resumes with
+`--resume-from-checkpoint true` to the very weights and losses of a run never stopped; one process of several that
+dies takes the others down at once, naming what happened; a save cut short is never resumed from."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, import_example, run_example, script_env
+
+complete_checkpoints = import_example("_cli").complete_checkpoints
+
+LM_RUN = ("--train-file", "text.txt", "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+LM_RUN += ("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL)
+LM_RUN += ("--hidden-dropout", "0.1")  # dropout draws random numbers: the RNG states must come back too
+
+
+def write_text(tmp_path: Path) -> None:
+    (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
+
+
+def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A user's environment (`script_env`) without their accelerate config, and `extra`."""
+    return script_env(tmp_path, ACCELERATE_CONFIG_FILE=str(tmp_path / "no-config.yaml"), **extra)
+
+
+def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    """A run in a session of its own (as from a user's shell), its output in the file `process.log`."""
+    log = tmp_path / f"run-{time.monotonic_ns()}.log"
+    with log.open("w") as file:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=launch_env(tmp_path, **env),
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log = log
+    return process
+
+
+def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
+    """SIGKILL the run as soon as a checkpoint is complete; return the newest complete one."""
+    deadline = time.monotonic() + timeout
+    while not complete_checkpoints(output_dir):
+        assert process.poll() is None, f"the run ended (status {process.returncode}) before a checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.01)
+    kill_run(process)
+    return complete_checkpoints(output_dir)[-1]
+
+
+def kill_run(process: subprocess.Popen) -> None:
+    """SIGKILL a run and every process it started, as a preempted job is (a launcher's workers have sessions of their
+    own, so killing the launcher's process group would not reach them)."""
+    children = psutil.Process(process.pid).children(recursive=True)
+    os.killpg(process.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    process.wait(timeout=30)
+
+
+def logged_after(output_dir: Path, step: int) -> list[dict]:
+    """The Trainer's log entries (loss, grad norm, learning rate) after `step`, from the final checkpoint."""
+    state = json.loads((complete_checkpoints(output_dir)[-1] / "trainer_state.json").read_text())
+    return [entry for entry in state["log_history"] if "loss" in entry and entry["step"] > step]
+
+
+def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> None:
+    """The resumed run ends with the uninterrupted run's weights (1e-6) and logged the same losses after the resume."""
+    expected = load_file(uninterrupted / "model.safetensors")
+    for name, tensor in load_file(resumed / "model.safetensors").items():
+        torch.testing.assert_close(tensor, expected[name], atol=1e-6, rtol=0, msg=name)
+    after = logged_after(uninterrupted, resume_step)
+    assert after and logged_after(resumed, resume_step) == after
+
+
+def assert_resumes_exactly(command: list[str], run: tuple[str, ...], tmp_path: Path) -> Path:
+    """Run `command` with `run` twice side by side (the machine has 2 cores): one killed right after its first
+    checkpoint and resumed with `--resume-from-checkpoint true`, one never stopped; both must end alike. Returns
+    the checkpoint the run resumed from."""
+    killed = start([*command, *run, "--output-dir", "killed"], tmp_path)
+    uninterrupted = start([*command, *run, "--output-dir", "whole"], tmp_path)
+    checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
+    assert uninterrupted.wait(timeout=600) == 0, uninterrupted.log.read_text()[-3000:]
+    assert not (tmp_path / "killed" / "model.safetensors").exists()  # the killed run did not finish
+
+    resume = ("--output-dir", "killed", "--resume-from-checkpoint", "true")
+    output = run_example(command, *run, *resume, tmp_path=tmp_path, env=launch_env(tmp_path))
+    assert output.count(f"resuming from {checkpoint.relative_to(tmp_path)}") == 1  # said by the main process only
+    assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
+    return checkpoint
+
+
+def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp_path: Path) -> None:
+    write_text(tmp_path)
+    assert_resumes_exactly([sys.executable, str(EXAMPLES / "train_causal_lm.py")], LM_RUN, tmp_path)
+
+
+def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
+    output = run_example(
+        "train_causal_lm.py", "--resume-from-checkpoint", "true", "--output-dir", "empty", tmp_path=tmp_path,
+        expect_failure=True,
+    )  # fmt: skip
+    assert "argument --resume-from-checkpoint: 'true' is not valid: no complete checkpoint-N folder" in output
+    (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
+    output = run_example(
+        "quickstart.py", "--resume-from-checkpoint", "out/checkpoint-5", tmp_path=tmp_path, expect_failure=True
+    )
+    assert "argument --resume-from-checkpoint: 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.slow
+def test_a_killed_two_process_run_resumes_exactly(tmp_path: Path) -> None:
+    write_text(tmp_path)
+    checkpoint = assert_resumes_exactly(accelerate_launch(EXAMPLES / "train_causal_lm.py"), LM_RUN, tmp_path)
+    assert sorted(path.name for path in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
+
+
+RUNS = {
+    "train_text_classifier.py": ("--examples-per-class", "60", "--max-length", "48", *TINY_MODEL),
+    "train_image_classifier.py": ("--image-size", "8", "--patch-size", "4", *TINY_MODEL),
+    "finetune_lora.py": ("--model-name-or-path", "base", "--block-size", "32", "--max-new-tokens", "5"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_a_killed_classifier_or_lora_run_resumes_exactly(script: str, tmp_path: Path) -> None:
+    if script == "finetune_lora.py":  # a base model to adapt, and dropout in the adapters
+        write_text(tmp_path)
+        run_example("train_causal_lm.py", *LM_RUN, "--max-steps", "2", "--output-dir", "base", tmp_path=tmp_path)
+    dropout = ("--lora-dropout", "0.1") if script == "finetune_lora.py" else ("--hidden-dropout", "0.1")
+    run = (*RUNS[script], *dropout, "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+    assert_resumes_exactly(
+        [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
+    )
+
+
+def worker_pids(launcher: subprocess.Popen) -> dict[int, int]:
+    """{rank: pid} of the processes a launcher started, once they all run."""
+    while True:
+        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
+        workers = {}
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            rank = child.environ().get("RANK")
+            if rank is not None and "accelerate.commands.launch" not in child.cmdline():
+                workers[int(rank)] = child.pid
+        if len(workers) == 2:
+            return workers
+        time.sleep(0.1)
+
+
+def wait_for_training(launcher: subprocess.Popen) -> None:
+    while "'loss'" not in launcher.log.read_text():
+        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("failure", ["exception", pytest.param("SIGKILL", marks=pytest.mark.slow)])
+def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, tmp_path: Path) -> None:
+    write_text(tmp_path)
+    run = [*LM_RUN, "--max-steps", "100000", "--save-steps", "100000", "--output-dir", "out"]  # hours, unless stopped
+    launch = accelerate_launch(Path(__file__).with_name("failing_worker.py"))
+    fail_rank = "1" if failure == "exception" else "none"
+    launcher = start(
+        [*launch, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path, FAIL_RANK=fail_rank, FAIL_AT_STEP="5"
+    )
+    workers = worker_pids(launcher)
+    if failure == "SIGKILL":
+        wait_for_training(launcher)
+        os.kill(workers[1], signal.SIGKILL)
+    try:
+        status = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            kill_run(launcher)
+    output = launcher.log.read_text()
+    named = "RuntimeError: failure injected in process 1 at step 5" if failure == "exception" else "(SIGKILL)"
+    assert status != 0 and named in output, output[-3000:]
+    assert "Root Cause (first observed failure)" in output and "rank      : 1 (local_rank: 1)" in output
+    assert not [pid for pid in workers.values() if psutil.pid_exists(pid)], "a process was left behind"
+
+
+def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
+    """Killed while checkpoint-4 of an 11M-parameter model is being written (its weights are there, the optimiser's
+    85 MB not yet): the Trainer's own `get_last_checkpoint` would pick that folder, `true` picks checkpoint-2. (The
+    weights in it are whole: safetensors writes a temporary file and renames it.)"""
+    write_text(tmp_path)
+    big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
+    run = ("--train-file", "text.txt", "--max-steps", "6", "--save-steps", "2", "--block-size", "32")
+    run += ("--max-new-tokens", "10", "--per-device-train-batch-size", "2", *big, "--output-dir", "out")
+    process = start([sys.executable, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path)
+    cut_short = tmp_path / "out" / "checkpoint-4"
+    while not (cut_short / "model.safetensors").exists():
+        assert process.poll() is None, process.log.read_text()[-3000:]
+        time.sleep(0.001)
+    kill_run(process)
+    assert not (cut_short / "trainer_state.json").exists(), "the kill came after the save: nothing was tested"
+    assert get_last_checkpoint(tmp_path / "out") == str(cut_short)
+    assert complete_checkpoints(tmp_path / "out") == [tmp_path / "out" / "checkpoint-2"]
+
+    output = run_example(
+        "train_causal_lm.py", *run, "--resume-from-checkpoint", "out/checkpoint-4", tmp_path=tmp_path,
+        expect_failure=True,
+    )  # fmt: skip
+    assert "'out/checkpoint-4' is not valid: not a complete checkpoint" in output
+    assert "the newest complete one in --output-dir is 'out/checkpoint-2'" in output  # what `true` resumes from
+
+
+def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_whole(tmp_path: Path) -> None:
+    """Resumed from checkpoint-2, a run saves checkpoint-4 again over the one it left before: while that save runs
+    the folder is not complete, so a kill then cannot leave old trainer state beside new weights."""
+    _common, turner = import_example("_common"), import_example("turner_tfm")
+    write_text(tmp_path)
+    flags = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2", "--block-size", "16"]
+    args = import_example("train_causal_lm").build_parser().parse_args([*flags, "--per-device-train-batch-size", "2"])
+    text = (tmp_path / "text.txt").read_text()
+    tokenizer = _common.char_tokenizer([text], model_max_length=16)
+    complete_when_saving = []
+
+    class SeeWhatIsCompleteWhenASaveBegins(TrainerCallback):
+        def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            if control.should_save:
+                complete_when_saving.append([path.name for path in complete_checkpoints(args.output_dir)])
+
+    for resume in (None, str(tmp_path / "out" / "checkpoint-2")):
+        config = turner.TurnerConfig(
+            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+        )
+        trainer = _common.causal_lm_trainer(args, turner.TurnerForCausalLM(config), tokenizer, text, text)
+        trainer.add_callback(SeeWhatIsCompleteWhenASaveBegins())
+        trainer.train(resume_from_checkpoint=resume)
+    assert complete_when_saving == [[], ["checkpoint-2"], ["checkpoint-2"]]
+    assert [path.name for path in complete_checkpoints(tmp_path / "out")] == ["checkpoint-2", "checkpoint-4"]
