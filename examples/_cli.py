@@ -169,6 +169,23 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, output_dir: str, 
     _add_flags(group, TRAINING_FLAGS, list(TRAINING_FLAGS), {"output_dir": output_dir, **defaults})
 
 
+# The `transformers.DistributedConfig` fields a training script exposes: the model is sharded by transformers' own plan
+# (`from_pretrained(distributed_config=...)`), over as many processes (torchrun) as the sizes multiply to.
+PARALLEL_FLAGS: dict[str, dict[str, object]] = {
+    "fsdp_size": {
+        "type": positive_int,
+        "default": 1,
+        "help": "processes that each hold 1/N of every weight (FSDP2, with Turner's plan); start N with torchrun",
+    },
+}
+
+
+def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of `PARALLEL_FLAGS`, spelled as in `DistributedConfig` with dashes."""
+    group = parser.add_argument_group("sharding (as in transformers.DistributedConfig)")
+    _add_flags(group, PARALLEL_FLAGS, list(PARALLEL_FLAGS), {})
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, *, task: str = "causal-lm", **defaults: object) -> None:
     """The `TurnerConfig` fields that make sense for `task` (a key of `MODEL_FLAGS_NOT_FOR`); `defaults` per script,
     the other flags default to TurnerConfig's own."""
@@ -242,6 +259,12 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"argument --patch-size: {patch} is not valid: it must divide --image-size {image}")
     if getattr(args, "resume_from_checkpoint", None) is not None:
         args.resume_from_checkpoint = _checkpoint_to_resume(parser, args.resume_from_checkpoint, args.output_dir)
+    world_size, fsdp_size = int(os.environ.get("WORLD_SIZE", "1")), getattr(args, "fsdp_size", 1)
+    if fsdp_size > 1 and fsdp_size != world_size:
+        parser.error(
+            f"argument --fsdp-size: {fsdp_size} is not valid: it must equal the number of processes, {world_size} "
+            f"(start {fsdp_size} with: torchrun --nproc_per_node {fsdp_size} {parser.prog} ...)"
+        )
 
 
 def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:

@@ -10,6 +10,7 @@ import inspect
 import math
 import os
 import random
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from _cli import MODEL_FLAGS, TRAINING_FLAGS, UsageError
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    DistributedConfig,
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Trainer,
@@ -292,8 +294,22 @@ def run_summary(trainer: Trainer, train_runtime: float) -> dict[str, object]:
     }
 
 
+def shard(model: PreTrainedModel, args: argparse.Namespace) -> PreTrainedModel:
+    """With `--fsdp-size N`, the model loaded again sharded by transformers' FSDP2 plan (`DistributedConfig(
+    fsdp_size=N)`): each process holds 1/N of every weight, and the `Trainer` trains it as it is. Every process saves
+    its own copy first (the same seed made the same weights), so nothing is shared through the file system."""
+    fsdp_size = getattr(args, "fsdp_size", 1)
+    if fsdp_size == 1:
+        return model
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return type(model).from_pretrained(folder, distributed_config=DistributedConfig(fsdp_size=fsdp_size))
+
+
 def parallelism(trainer: Trainer) -> str:
     """How the processes shared the work: FSDP, DeepSpeed, DDP, or none."""
+    if (fsdp_size := getattr(trainer.model, "fsdp_size", None) or 1) > 1:
+        return f"FSDP2 over {fsdp_size} processes (transformers' plan: DistributedConfig(fsdp_size={fsdp_size}))"
     if trainer.is_fsdp_enabled:
         return f"FSDP{trainer.accelerator.state.fsdp_plugin.fsdp_version} over {trainer.args.world_size} processes"
     if trainer.is_deepspeed_enabled:
@@ -413,7 +429,7 @@ def causal_lm_trainer(
 ) -> Trainer:
     """A `Trainer` for next-token prediction on `train_text`, evaluated on `eval_text`, in blocks of --block-size."""
     return Trainer(
-        model=model,
+        model=shard(model, args),
         args=training_arguments(args, **training_overrides),
         train_dataset=token_blocks(tokenizer, train_text, args.block_size, "training"),
         eval_dataset=token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
@@ -431,9 +447,10 @@ def finish_causal_lm(
     print_loss_curve(trainer)
     eval_loss = trainer.evaluate()["eval_loss"]
     results = {"eval_loss": eval_loss, "perplexity": perplexity(eval_loss)}
+    # every process generates: a sharded model's forward pass needs them all
+    sample = generate_sample(trainer.model, trainer.processing_class, args.prompt, args.max_new_tokens, args.seed)
     if trainer.is_world_process_zero():
         print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
-        sample = generate_sample(trainer.model, trainer.processing_class, args.prompt, args.max_new_tokens, args.seed)
         print(f"\nsample from pipeline('text-generation'):\n{sample}\n")
     save_with_card(
         trainer,
@@ -489,7 +506,7 @@ def train_classifier(
     """Train with the `Trainer`, then: test accuracy, `pipeline(task)` on a few `examples`, and save model, processor
     (tokenizer or image processor) and card (`card`: see `save_with_card`)."""
     trainer = Trainer(
-        model=model,
+        model=shard(model, args),
         args=training_arguments(args, **(training_overrides or {})),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
@@ -502,13 +519,14 @@ def train_classifier(
     print_loss_curve(trainer)
     metrics = trainer.evaluate()
     results = {"accuracy": metrics["eval_accuracy"]}
+    processor = {"image_processor" if task == "image-classification" else "tokenizer": trainer.processing_class}
+    classify = pipeline(task, model=trainer.model, **processor)
+    cut = {"truncation": True} if task == "text-classification" else {}  # a text longer than --max-length
+    predicted = classify(examples, top_k=1, **cut)  # every process: a sharded model's forward pass needs them all
     if trainer.is_world_process_zero():
         print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")
-        processor = {"image_processor" if task == "image-classification" else "tokenizer": trainer.processing_class}
-        classify = pipeline(task, model=trainer.model, **processor)
-        cut = {"truncation": True} if task == "text-classification" else {}  # a text longer than --max-length
         print(f"\npipeline('{task}'):")
-        for example, predictions in zip(examples, classify(examples, top_k=1, **cut), strict=True):
+        for example, predictions in zip(examples, predicted, strict=True):
             shown = repr(example) if isinstance(example, str) else f"<image {example.size[0]}x{example.size[1]}>"
             print(f"  {shown} -> {predictions[0]['label']} ({predictions[0]['score']:.2f})")
         print()

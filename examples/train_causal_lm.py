@@ -15,6 +15,7 @@ import sys
 from _cli import (
     UsageError,
     add_model_arguments,
+    add_parallel_arguments,
     add_sample_arguments,
     add_text_data_arguments,
     add_training_arguments,
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_arguments(
         parser, output_dir="./turner-causal-lm", max_steps=300, learning_rate=2e-3, per_device_train_batch_size=16
     )
+    add_parallel_arguments(parser)
     add_text_data_arguments(parser, default="docstrings of Python's standard library")
     group = parser.add_argument_group("tokenizer")
     group.add_argument("--tokenizer", choices=("char", "bpe"), default="char", help="trained here on the text")

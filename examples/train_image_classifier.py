@@ -17,6 +17,7 @@ from _cli import (
     UsageError,
     add_classification_data_arguments,
     add_model_arguments,
+    add_parallel_arguments,
     add_training_arguments,
     existing_dir,
     new_parser,
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_arguments(
         parser, output_dir="./turner-image-classifier", num_train_epochs=40, learning_rate=2e-3, logging_steps=100
     )
+    add_parallel_arguments(parser)
     group = add_classification_data_arguments(parser)
     group.add_argument("--train-dir", type=existing_dir, default=None, help="folder of class sub-folders of images")
     group.add_argument("--test-dir", type=existing_dir, default=None, help="held-out images, laid out the same")

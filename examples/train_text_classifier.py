@@ -17,6 +17,7 @@ from _cli import (
     UsageError,
     add_classification_data_arguments,
     add_model_arguments,
+    add_parallel_arguments,
     add_training_arguments,
     existing_file,
     new_parser,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_arguments(
         parser, output_dir="./turner-text-classifier", num_train_epochs=3, learning_rate=1e-3, logging_steps=20
     )
+    add_parallel_arguments(parser)
     group = add_classification_data_arguments(parser)
     group.add_argument("--train-file", type=data_file, default=None, help="CSV or JSON lines of text and label")
     group.add_argument("--test-file", type=data_file, default=None, help="held-out data in the same format")

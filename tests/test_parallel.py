@@ -182,25 +182,34 @@ def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(
     assert "| decode | tensor parallel |" in result.stdout
 
 
-def test_generate_example_gives_the_same_text_sharded_over_two_processes(tmp_path: Path) -> None:
-    run_example(
-        "train_causal_lm.py",
-        *("--output-dir", "lm", "--max-steps", "1", "--block-size", "32", "--max-new-tokens", "5", *TINY_MODEL),
-        tmp_path=tmp_path,
-    )
-    flags = ["lm", "--prompt", "Return the", "--max-new-tokens", "16"]
-    env = script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1")
-    alone = run_example("generate.py", *flags, tmp_path=tmp_path, env=env)
+def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_results(tmp_path: Path) -> None:
+    """A user's path: train_causal_lm.py sharded with --fsdp-size 2 under torchrun, then generate.py with the saved
+    model in one process and tensor parallel over two: the same text."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
-    command = [*launcher, str(EXAMPLES / "generate.py")]
-    sharded = run_example(command, *flags, "--tp-size", "2", tmp_path=tmp_path, env=env)
+    env = script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1")
+    trained = run_example(
+        [*launcher, str(EXAMPLES / "train_causal_lm.py")],
+        *("--fsdp-size", "2", "--output-dir", "lm", "--max-steps", "2", "--block-size", "32"),
+        *("--max-new-tokens", "5", *TINY_MODEL),
+        tmp_path=tmp_path,
+        env=env,
+    )
+    assert trained.count("held-out loss") == 1  # printed by the first process only
+    card = (tmp_path / "lm" / "README.md").read_text()
+    assert "| parallelism | FSDP2 over 2 processes (transformers' plan: DistributedConfig(fsdp_size=2)) |" in card
+
+    flags = ["lm", "--prompt", "Return the", "--max-new-tokens", "16"]
+    alone = run_example("generate.py", *flags, tmp_path=tmp_path, env=env)
+    generate = [*launcher, str(EXAMPLES / "generate.py")]
+    sharded = run_example(generate, *flags, "--tp-size", "2", tmp_path=tmp_path, env=env)
     text = alone.split("parameters in one process\n", 1)[1].splitlines()[0]  # the prompt and what follows
     assert text.startswith("Return the") and len(text) > len("Return the")
     assert sharded.split("the first holds", 1)[1].splitlines()[1] == text, sharded[-2000:]
     assert sharded.count("Return the") == 1  # printed by the first process only
-    assert "tensor parallel over 2 processes, the first holds" in sharded
 
     refused = run_example("generate.py", *flags, "--tp-size", "2", tmp_path=tmp_path, expect_failure=True)
     assert "argument --tp-size: 2 is not valid: it must equal the number of processes, 1" in refused
     too_long = run_example("generate.py", "lm", "--max-new-tokens", "30", tmp_path=tmp_path, expect_failure=True)
     assert "argument --max-new-tokens: 30 is not valid: the model has 32 positions" in too_long
+    not_launched = run_example("train_causal_lm.py", "--fsdp-size", "2", tmp_path=tmp_path, expect_failure=True)
+    assert "argument --fsdp-size: 2 is not valid: it must equal the number of processes, 1" in not_launched

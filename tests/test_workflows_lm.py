@@ -78,8 +78,10 @@ def test_every_example_answers_help_with_the_same_flag_names(tmp_path: Path) -> 
     common += ("--per-device-train-batch-size", "--per-device-eval-batch-size", "--use-cpu", "--report-to")
     scripts = (
         "finetune_lora.py",
+        "generate.py",
         "push_to_hub.py",
         "quickstart.py",
+        "sentence_embeddings.py",
         "train_causal_lm.py",
         "train_image_classifier.py",
         "train_text_classifier.py",
@@ -87,8 +89,10 @@ def test_every_example_answers_help_with_the_same_flag_names(tmp_path: Path) -> 
     for script in scripts:
         output = run_example(script, "--help", tmp_path=tmp_path)
         assert output.startswith("usage: "), script
-        if script != "push_to_hub.py":
+        if script not in ("push_to_hub.py", "generate.py"):  # they train nothing
             assert all(flag in output for flag in common), script
+        if script.startswith("train_"):
+            assert "--fsdp-size" in output, script
 
 
 def test_train_causal_lm_on_a_datasets_folder_with_a_bpe_tokenizer(tmp_path: Path) -> None:
