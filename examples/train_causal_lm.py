@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-name-or-path", default=None, help="continue training this saved Turner model (and its tokenizer)"
     )
+    parser.add_argument(
+        "--padding-free",
+        action="store_true",
+        help="train on paragraphs packed in one row per batch (DataCollatorWithFlattening), not on fixed blocks",
+    )
     add_sample_arguments(parser, prompt="Return the")
     return parser
 
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import _common
+    import _padding_free
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from turner_tfm import TurnerConfig, TurnerForCausalLM
@@ -83,7 +89,8 @@ def run(args: argparse.Namespace) -> None:
         f"model: {_common.count_parameters(model):,} parameters"
     )
 
-    trainer = _common.causal_lm_trainer(args, model, tokenizer, train_text, eval_text)
+    build_trainer = _padding_free.causal_lm_trainer if args.padding_free else _common.causal_lm_trainer
+    trainer = build_trainer(args, model, tokenizer, train_text, eval_text)
     train_runtime = trainer.train().metrics["train_runtime"]
     _common.finish_causal_lm(
         trainer,
