@@ -132,8 +132,10 @@ def export_model(model, export_format: str, sample: dict, max_cache_len: int):
     `max_cache_len` positions and its prefill and decode calls are traced; the prefill's sequence axis is dynamic.
     A classifier goes through `export`, its sequence axis dynamic (one batch row; an image classifier is all static).
     """
+    import copy
+
     import torch
-    from transformers import GenerationConfig, StaticCache, exporters
+    from transformers import StaticCache, exporters
     from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
     exporter_name, config_name = FORMATS[export_format]
@@ -143,8 +145,10 @@ def export_model(model, export_format: str, sample: dict, max_cache_len: int):
     if not model.can_generate():
         sequence = torch.export.Dim("sequence", min=2, max=model.config.max_position_embeddings)
         return exporter.export(model, sample, config_class(dynamic_shapes={key: {1: sequence} for key in sample}))
-    generation_config = GenerationConfig.from_model_config(model.config)
-    generation_config.update(cache_implementation="static", max_cache_len=max_cache_len, do_sample=False)
+    generation_config = copy.deepcopy(model.generation_config)  # a trained model's config may say use_cache=False
+    generation_config.update(
+        cache_implementation="static", max_cache_len=max_cache_len, do_sample=False, use_cache=True
+    )
     register_cache_pytrees_for_model(model)
     empty_cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
     sequence = torch.export.Dim("sequence", min=1, max=max_cache_len)
