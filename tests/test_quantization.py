@@ -108,3 +108,20 @@ def test_the_same_quantizer_skips_every_gpt2_conv1d_but_takes_every_turner_linea
     turner = quantized_layers(load_quantized(AutoModelForCausalLM, tmp_path / "turner", "torchao"))
     linears = [name for name in turner if name.endswith(PROJECTIONS)]
     assert len(linears) == 2 * 6 and all(turner[name] for name in linears)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", list(INT8))
+def test_a_quickstart_model_keeps_its_held_out_loss_within_one_percent(method, tmp_path, monkeypatch):
+    from .workflow_utils import REPO, run_example
+
+    run_example("quickstart.py", "--output-dir", "lm", "--max-steps", "100", "--max-new-tokens", "5", tmp_path=tmp_path)
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import bench_quantization
+
+    blocks = bench_quantization.held_out_blocks(tmp_path / "lm", 128)
+    full = bench_quantization.held_out_loss(AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval(), blocks, 32)
+    quantized = load_quantized(AutoModelForCausalLM, tmp_path / "lm", method)
+    assert quantized_layers(quantized)["model.layers.0.self_attn.q_proj"]
+    assert abs(bench_quantization.held_out_loss(quantized, blocks, 32) / full - 1) < 0.01
+    assert full < 3.0  # it learned something: a uniform guess over ~100 characters costs 4.6
