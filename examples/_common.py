@@ -427,13 +427,20 @@ def causal_lm_trainer(
     eval_text: str,
     **training_overrides: object,
 ) -> Trainer:
-    """A `Trainer` for next-token prediction on `train_text`, evaluated on `eval_text`, in blocks of --block-size."""
+    """A `Trainer` for next-token prediction on `train_text`, evaluated on `eval_text`: in blocks of --block-size, or
+    with --padding-free paragraphs packed in one row per batch (`_padding_free`)."""
+    if getattr(args, "padding_free", False):
+        import _padding_free
+
+        sequences, collator = _padding_free.paragraph_sequences, _padding_free.collator(True, tokenizer)
+    else:
+        sequences, collator = token_blocks, default_data_collator
     return Trainer(
         model=shard(model, args),
         args=training_arguments(args, **training_overrides),
-        train_dataset=token_blocks(tokenizer, train_text, args.block_size, "training"),
-        eval_dataset=token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
-        data_collator=default_data_collator,
+        train_dataset=sequences(tokenizer, train_text, args.block_size, "training"),
+        eval_dataset=sequences(tokenizer, eval_text, args.block_size, "held-out"),
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=[UnmarkCheckpointBeforeSaving()],
     )

@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-name-or-path", default=None, help="continue training this saved Turner model (and its tokenizer)"
     )
+    parser.add_argument(
+        "--padding-free",
+        action="store_true",
+        help="train on paragraphs packed in one row per batch (DataCollatorWithFlattening), not on fixed blocks",
+    )
     add_sample_arguments(parser, prompt="Return the")
     return parser
 

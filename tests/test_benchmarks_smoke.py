@@ -109,3 +109,39 @@ def test_shakespeare_char(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert payload["validation"]["loss"] > 0
     assert payload["train_seconds"] > 0
     assert [h["step"] for h in payload["log_history"]] == [1, 2, 3]
+
+
+def test_padding_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--layers", "1", "--heads", "2", "--features", "16", "--batch-size", "3", "--batches", "2"]
+    payload = run_script("bench_padding_free.py", [*args, "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch)
+    assert payload["benchmark"] == "padding_free"
+    check_times(payload["times"], {"padding-free", "padded"}, 2)
+    assert set(payload["speedup_padding_free_vs_padded"]) == RATIO_KEYS
+    tokens = payload["tokens_per_batch"]
+    assert 0 < tokens["real"] < tokens["padded"]
+    assert len(payload["load_average"]["before"]) == 3
+
+
+def test_quantization(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torchao", reason="needs `pip install 'turner-tfm[quant]'`")
+    monkeypatch.syspath_prepend(str(BENCHMARKS.parent / "examples"))
+    import _common
+
+    from turner_tfm import TurnerConfig, TurnerForCausalLM
+
+    tokenizer = _common.char_tokenizer([_common.stdlib_docstrings()], model_max_length=32)
+    config = TurnerConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    TurnerForCausalLM(TurnerConfig(**{**config.to_dict(), "max_position_embeddings": 32})).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    args = ["--model-dir", str(tmp_path), "--new-tokens", "4", "--max-eval-blocks", "4", "--repeats", "2"]
+    payload = run_script("bench_quantization.py", [*args, "--warmup", "1"], tmp_path, monkeypatch)
+    results = payload["results"]
+    assert set(results) == {"fp32", "torchao int8", "bitsandbytes int8"}
+    assert results["torchao int8"]["disk_bytes"] < results["fp32"]["disk_bytes"]
+    assert results["torchao int8"]["memory_bytes"] < results["fp32"]["memory_bytes"]
+    assert results["torchao int8"]["layers_replaced"]["Linear"] == [
+        6,
+        7,
+    ]  # all six projections; not the head tied to the embedding
+    assert payload["gpt2_layers_replaced"]["Conv1D"] == [0, 4]
+    assert abs(results["torchao int8"]["held_out_loss"] / results["fp32"]["held_out_loss"] - 1) < 0.01

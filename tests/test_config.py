@@ -188,3 +188,29 @@ def test_concatenated_positions_default_to_a_quarter_of_the_width():
     config = text_config(position_embedding_combine="concat", tie_word_embeddings=False)
     assert config.position_embedding_size == 8
     assert config.token_embedding_size == 24
+
+
+def test_the_parallel_plans_are_built_from_the_config_not_passed_to_it():
+    with pytest.raises(ValueError, match=r"\['base_model_tp_plan'\] are built from the config's own fields"):
+        text_config(base_model_tp_plan={"layers.*.mlp.up_proj": "colwise"})
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "quantization_config",  # written by every quantizer
+        "base_model_pp_plan",  # parallel plans
+        "base_model_ep_plan",
+        "distributed_config",
+        "max_length",  # a generation parameter
+        "attn_implementation",
+        "torch_dtype",
+        "_commit_hash",
+        "auto_map",
+    ],
+)
+def test_keys_transformers_reads_are_not_reported_as_unknown(key):
+    logger = logging.get_logger("turner_tfm.configuration_turner")
+    with CaptureLogger(logger) as captured:
+        text_config(**{key: None, "hiden_size": 3})  # and one typo, which must be reported
+    assert "unknown fields ['hiden_size']" in captured.out

@@ -4,6 +4,11 @@ Every hyper-parameter of the block is a field here, with Hugging Face's standard
 when the config is built: a wrong one raises `ValueError` naming the field, the value and what is allowed.
 """
 
+import ast
+import functools
+import inspect
+import textwrap
+
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.utils import logging
@@ -63,22 +68,18 @@ _CHOICES = {
 }
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
 _DEFAULT_TEXT_POSITIONS = 1024
-# Keys `PreTrainedConfig` consumes itself, or that every saved config.json carries: not Turner fields, not unknown.
-_BASE_KEYS = {
-    "auto_map",
-    "model_type",
-    "transformers_version",
-    "num_labels",
-    "torch_dtype",
-    "name_or_path",
-    "_commit_hash",
-    "output_attentions",
-    "attn_implementation",
-    "experts_implementation",
-    "_attn_implementation_internal",
-    "_experts_implementation_internal",
-    "per_layer_config",
-}
+
+
+@functools.cache
+def _transformers_config_keys() -> frozenset[str]:
+    """Every key `transformers` itself gives a config, derived from `PreTrainedConfig` so it cannot go stale: its
+    fields, properties and parallel plans, what a bare config saves, every name its own code reads or writes
+    (`quantization_config`, `attn_implementation`, ...), the generation parameters it sets aside, and the `auto_map`
+    that remote code adds."""
+    source = ast.parse(textwrap.dedent(inspect.getsource(PreTrainedConfig)))
+    named = {node.value for node in ast.walk(source) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    generation = GenerationConfig._get_default_generation_params()
+    return frozenset({*dir(PreTrainedConfig), *PreTrainedConfig().to_dict(), *named, *generation, "auto_map"})
 
 
 def _invalid(name: str, value: object, allowed: str) -> ValueError:
@@ -159,7 +160,13 @@ class TurnerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        unknown = sorted(set(kwargs) - _BASE_KEYS - set(GenerationConfig._get_default_generation_params()))
+        if built := sorted(set(kwargs) & {"base_model_tp_plan", "base_model_fsdp_plan"}):
+            raise ValueError(
+                f"TurnerConfig: {built} are built from the config's own fields, so every rule names a module it has; "
+                "to change a plan pass `distributed_config=DistributedConfig(tp_plan=..., fsdp_plan=...)` to "
+                "from_pretrained"
+            )
+        unknown = sorted(set(kwargs) - _transformers_config_keys())
         if unknown:
             logger.warning(
                 f"TurnerConfig: unknown fields {unknown} (from a newer turner_tfm, or a typo?) are kept on the config "

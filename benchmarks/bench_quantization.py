@@ -1,0 +1,202 @@
+"""Int8 weights against fp32 for a saved Turner language model: size, held-out loss and greedy decoding speed.
+
+The model is loaded three times from one folder (what `examples/quickstart.py` saves): fp32, torchao int8 weight-only
+(`TorchAoConfig(Int8WeightOnlyConfig())`) and bitsandbytes 8-bit (`BitsAndBytesConfig(load_in_8bit=True)`, on the
+CPU). Reported for each: `model.safetensors` on disk after `save_pretrained`, `get_memory_footprint()`, the held-out
+loss on the quickstart's own held-out text (the last 5% of the standard-library docstrings), and greedy `generate()`
+tokens/s at batch 1, the three run in rotation. Then the same torchao quantizer is pointed at a GPT-2 of the same
+shape: how many of each model's matrix layers it replaced.
+
+    python benchmarks/bench_quantization.py --model-dir ./turner-quickstart --threads 1 --json results/quant.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from benchutils import (
+    add_run_arguments,
+    environment_markdown,
+    fmt_ratio,
+    interleaved,
+    markdown_table,
+    paired_ratios,
+    start_run,
+    summarize,
+    write_json,
+)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    TorchAoConfig,
+)
+
+import turner_tfm  # noqa: F401  (registers the Auto classes)
+
+METHODS = ("fp32", "torchao int8", "bitsandbytes int8")
+
+
+def quantization_config(method: str) -> dict[str, Any]:
+    from torchao.quantization import Int8WeightOnlyConfig
+
+    if method == "torchao int8":
+        return {"quantization_config": TorchAoConfig(Int8WeightOnlyConfig())}
+    if method == "bitsandbytes int8":
+        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), "device_map": "cpu"}
+    return {}
+
+
+def load(folder: Path, method: str) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(folder, **quantization_config(method)).eval()
+
+
+def saved_size(model: torch.nn.Module) -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return sum(f.stat().st_size for f in Path(folder).glob("*.safetensors"))
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds; a tensor subclass (torchao's int8 weight) is counted by the tensors inside it."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
+def memory_bytes(model: torch.nn.Module) -> int:
+    """Parameters and buffers, each stored tensor once (a tied head shares the embedding's storage).
+    `get_memory_footprint()` counts torchao's int8 weights at their fp32 size, so it is not used."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(tensor_bytes(t) for t in tensors.values())
+
+
+def held_out_loss(model: torch.nn.Module, blocks: torch.Tensor, batch: int) -> float:
+    """Mean next-token loss over the held-out blocks (every block has the same length, so the mean is exact)."""
+    with torch.inference_mode():
+        losses = [model(chunk, labels=chunk).loss.item() for chunk in blocks.split(batch)]
+    sizes = [len(chunk) for chunk in blocks.split(batch)]
+    return sum(loss * size for loss, size in zip(losses, sizes, strict=True)) / sum(sizes)
+
+
+def held_out_blocks(folder: Path, block_size: int) -> torch.Tensor:
+    import _common
+
+    _, eval_text = _common.split_text(_common.stdlib_docstrings(), validation_percentage=5)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return torch.tensor(_common.token_blocks(tokenizer, eval_text, block_size, "held-out")["input_ids"])
+
+
+def layers_replaced(model: torch.nn.Module) -> dict[str, list[int]]:
+    """Per layer class with a matrix weight: [replaced by int8, total]."""
+    counts: dict[str, list[int]] = {}
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+            entry = counts.setdefault(type(module).__name__, [0, 0])
+            entry[0] += "Int8" in type(weight).__name__
+            entry[1] += 1
+    return counts
+
+
+def gpt2_like(config) -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=config.num_hidden_layers,
+            n_head=config.num_attention_heads,
+            n_embd=config.hidden_size,
+            vocab_size=config.vocab_size,
+            n_positions=config.max_position_embeddings,
+        )
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", type=Path, required=True, help="a saved Turner causal LM with its tokenizer")
+    parser.add_argument("--new-tokens", type=int, default=64, help="greedy tokens per timed generate() call")
+    parser.add_argument("--eval-batch", type=int, default=16, help="held-out blocks per forward")
+    parser.add_argument("--max-eval-blocks", type=int, default=None, help="score only this many held-out blocks")
+    add_run_arguments(parser, repeats=10, warmup=2)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    env = start_run(args.threads)
+    load_before = os.getloadavg()
+    models = {method: load(args.model_dir, method) for method in METHODS}
+    config = models["fp32"].config
+    blocks = held_out_blocks(args.model_dir, config.max_position_embeddings)[: args.max_eval_blocks]
+    prompt = blocks[:1, : config.max_position_embeddings - args.new_tokens]
+    greedy = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
+
+    def decode(model: torch.nn.Module):
+        return lambda: model.generate(prompt, **greedy)
+
+    times = interleaved({m: decode(models[m]) for m in METHODS}, args.repeats, args.warmup)
+    results = {
+        method: {
+            "disk_bytes": saved_size(model),
+            "memory_bytes": memory_bytes(model),
+            "held_out_loss": held_out_loss(model, blocks, args.eval_batch),
+            "times": summarize(times[method]),
+            "tokens_per_second": args.new_tokens / summarize(times[method])["median_s"],
+            "speed_vs_fp32": paired_ratios(times["fp32"], times[method]),
+            "layers_replaced": layers_replaced(model),
+        }
+        for method, model in models.items()
+    }
+    gpt2_folder = Path(tempfile.mkdtemp())
+    gpt2_like(config).save_pretrained(gpt2_folder)
+    gpt2 = layers_replaced(load(gpt2_folder, "torchao int8"))
+    load_after = os.getloadavg()
+
+    fp32 = results["fp32"]
+    rows = [
+        [
+            method,
+            f"{r['disk_bytes'] / 1e6:.2f} MB",
+            f"{r['memory_bytes'] / 1e6:.2f} MB",
+            f"{r['held_out_loss']:.5f} ({100 * (r['held_out_loss'] / fp32['held_out_loss'] - 1):+.3f}%)",
+            f"{r['tokens_per_second']:.1f} tok/s",
+            f"{fmt_ratio(speed['median'])} [{speed['q1']:.2f}-{speed['q3']:.2f}]",
+        ]
+        for method, r in results.items()
+        for speed in [r["speed_vs_fp32"]]
+    ]
+    print(environment_markdown(env))
+    print(f"load average (1, 5, 15 min) before: {load_before}, after: {load_after}; {len(blocks)} held-out blocks\n")
+    header = ["weights", "safetensors on disk", "in memory", "held-out loss (vs fp32)", "greedy decode", "vs fp32"]
+    print(markdown_table(header, rows))
+    touched = {name: f"{done}/{total}" for name, (done, total) in results["torchao int8"]["layers_replaced"].items()}
+    print(
+        f"\ntorchao int8 replaced, Turner: {touched}; GPT-2 of the same shape: "
+        f"{ {name: f'{done}/{total}' for name, (done, total) in gpt2.items()} }"
+    )
+    payload = {"benchmark": "quantization", "environment": env, "args": vars(args) | {"json": str(args.json)}}
+    payload |= {
+        "load_average": {"before": load_before, "after": load_after},
+        "results": results,
+        "gpt2_layers_replaced": gpt2,
+        "perplexity": {m: math.exp(r["held_out_loss"]) for m, r in results.items()},
+    }
+    write_json(args.json, payload | {"args": {k: str(v) for k, v in payload["args"].items()}})
+    return payload
+
+
+if __name__ == "__main__":
+    main()
