@@ -4,7 +4,7 @@ Notation. The paper writes the token matrix X as D x N (features down, tokens ac
 laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X A` of eq. 2 becomes `A^T X^T`.
 
 Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
-own their projection, pooling and loss; the backbone knows nothing of tasks.
+own their projection, pooling and loss; the backbone knows nothing of tasks. The checks of user inputs come last.
 
 This file imports only torch, transformers (with safetensors, which transformers requires) and
 `.configuration_turner`, so the copy `save_pretrained` writes next to the weights runs without `turner_tfm`. It reads
@@ -37,126 +37,6 @@ from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_turner import TurnerConfig
-
-
-def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
-
-
-def _shape(tensor: torch.Tensor) -> str:
-    return f"of shape {tuple(tensor.shape)}"
-
-
-def _shape_and_dtype(tensor: torch.Tensor) -> str:
-    return f"{_shape(tensor)} and dtype {tensor.dtype}"
-
-
-def _checks_enabled(tensor: torch.Tensor) -> bool:
-    """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
-    return not is_torchdynamo_compiling() and tensor.numel() > 0
-
-
-def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
-    """Raise unless every value (other than `ignore`) lies in [low, high)."""
-    if not _checks_enabled(values):
-        return
-    checked = values if ignore is None else values[values != ignore]
-    if not checked.numel():
-        return
-    smallest, largest = checked.min().item(), checked.max().item()
-    if smallest < low or largest >= high:
-        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
-
-
-def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
-    if (input_ids is None) == (inputs_embeds is None):
-        given = "both" if input_ids is not None else "neither"
-        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
-    if input_ids is not None:
-        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
-            raise _invalid_input(
-                "input_ids",
-                _shape_and_dtype(input_ids),
-                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
-            )
-        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
-    elif (
-        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
-    ):
-        raise _invalid_input(
-            "inputs_embeds",
-            _shape(inputs_embeds),
-            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
-        )
-
-
-def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
-    if token_type_ids is None:
-        return
-    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
-        raise _invalid_input(
-            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
-        )
-    if config.type_vocab_size:
-        allowed = f"types must be in [0, {config.type_vocab_size})"
-    else:
-        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
-
-
-def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
-    if attention_mask is None or attention_mask.ndim == 4:
-        return
-    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
-        raise _invalid_input(
-            "attention_mask",
-            _shape(attention_mask),
-            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
-            "for padding",
-        )
-
-
-def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
-    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
-    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
-        raise _invalid_input(
-            "labels",
-            _shape_and_dtype(labels),
-            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
-        )
-    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
-
-
-def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
-    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
-    num_labels, problem = config.num_labels, config.problem_type
-    if problem == "regression" or (problem is None and num_labels == 1):
-        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"regression expects {batch_size} x {num_labels} floats",
-            )
-    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
-        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
-            )
-        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
-            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
-    else:
-        if labels.numel() != batch_size or labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"single-label classification expects {batch_size} integer class ids",
-            )
-        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -882,6 +762,129 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+
+# --- input checks: clear errors for what users pass in (the model above calls them) ---------------------------
+
+
+def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return f"of shape {tuple(tensor.shape)}"
+
+
+def _shape_and_dtype(tensor: torch.Tensor) -> str:
+    return f"{_shape(tensor)} and dtype {tensor.dtype}"
+
+
+def _checks_enabled(tensor: torch.Tensor) -> bool:
+    """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
+    return not is_torchdynamo_compiling() and tensor.numel() > 0
+
+
+def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
+    """Raise unless every value (other than `ignore`) lies in [low, high)."""
+    if not _checks_enabled(values):
+        return
+    checked = values if ignore is None else values[values != ignore]
+    if not checked.numel():
+        return
+    smallest, largest = checked.min().item(), checked.max().item()
+    if smallest < low or largest >= high:
+        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
+
+
+def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
+    if (input_ids is None) == (inputs_embeds is None):
+        given = "both" if input_ids is not None else "neither"
+        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
+    if input_ids is not None:
+        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
+            raise _invalid_input(
+                "input_ids",
+                _shape_and_dtype(input_ids),
+                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
+            )
+        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
+    elif (
+        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
+    ):
+        raise _invalid_input(
+            "inputs_embeds",
+            _shape(inputs_embeds),
+            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
+        )
+
+
+def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
+    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
+    if token_type_ids is None:
+        return
+    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
+        raise _invalid_input(
+            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
+        )
+    if config.type_vocab_size:
+        allowed = f"types must be in [0, {config.type_vocab_size})"
+    else:
+        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
+    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
+    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
+    if attention_mask is None or attention_mask.ndim == 4:
+        return
+    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
+        raise _invalid_input(
+            "attention_mask",
+            _shape(attention_mask),
+            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
+            "for padding",
+        )
+
+
+def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
+    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
+    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
+        raise _invalid_input(
+            "labels",
+            _shape_and_dtype(labels),
+            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
+        )
+    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
+
+
+def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
+    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
+    num_labels, problem = config.num_labels, config.problem_type
+    if problem == "regression" or (problem is None and num_labels == 1):
+        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"regression expects {batch_size} x {num_labels} floats",
+            )
+    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
+        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
+            )
+        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
+            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
+    else:
+        if labels.numel() != batch_size or labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"single-label classification expects {batch_size} integer class ids",
+            )
+        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 __all__ = [
