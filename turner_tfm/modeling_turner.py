@@ -12,7 +12,8 @@ and writes no files itself: loading and saving go through `transformers`, and on
 """
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from safetensors import SafetensorError
@@ -423,6 +424,7 @@ class TurnerModel(TurnerPreTrainedModel):
         self.norm = build_norm(config) if config.norm_position == "pre" else None
         self.pooler = TurnerPooler(config) if config.use_pooler else None
         self.gradient_checkpointing = False
+        self.decoding = False  # inside generate()'s decoding loop, which feeds back the model's own tokens
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module | None:
@@ -489,21 +491,26 @@ class TurnerModel(TurnerPreTrainedModel):
         past_key_values: Cache | None,
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        check_text_inputs(self.config, input_ids, inputs_embeds)
+        check_text_inputs(self.config, input_ids, inputs_embeds, values=not self.decoding)
         check_token_type_ids(
-            self.config, token_type_ids, (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+            self.config,
+            token_type_ids,
+            (input_ids if input_ids is not None else inputs_embeds).shape[:2],
+            values=not self.decoding,
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
             past_key_values = DynamicCache(config=self.config)
         past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if not is_torchdynamo_compiling():
-            check_attention_mask(attention_mask, inputs_embeds.shape[0], past_seen + inputs_embeds.shape[1])
+        total_length = _host_int(past_seen + inputs_embeds.shape[1])
+        if total_length is not None:
+            check_attention_mask(attention_mask, inputs_embeds.shape[0], total_length)
+        derived_positions = position_ids is None or self.decoding
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
             position_ids = position_ids.unsqueeze(0)
-        self._check_positions(position_ids)
+        self._check_positions(position_ids, total_length, derived_positions)
         hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
         return hidden_states, past_key_values, position_ids
 
@@ -554,10 +561,14 @@ class TurnerModel(TurnerPreTrainedModel):
             past_key_values=past_key_values,
         )
 
-    def _check_positions(self, position_ids: torch.Tensor) -> None:
+    def _check_positions(self, position_ids: torch.Tensor, total_length: int | None, derived: bool) -> None:
+        """Learned positions stop at `max_position_embeddings`. Positions derived from the sequence (here, or by
+        generate()) never exceed its length, so within the table they need no read."""
         if self.config.position_embedding_type != "learned":
             return
         limit = self.config.max_position_embeddings
+        if derived and total_length is not None and total_length <= limit:
+            return
         _check_range(
             "position_ids",
             position_ids,
@@ -639,6 +650,17 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    @contextmanager
+    def _optimize_model_for_decode(self) -> Iterator[None]:
+        """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
+        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual."""
+        decoding, self.model.decoding = self.model.decoding, True
+        try:
+            with super()._optimize_model_for_decode():
+                yield
+        finally:
+            self.model.decoding = decoding
 
 
 def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -780,24 +802,37 @@ def _shape_and_dtype(tensor: torch.Tensor) -> str:
 
 
 def _checks_enabled(tensor: torch.Tensor) -> bool:
-    """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
-    return not is_torchdynamo_compiling() and tensor.numel() > 0
+    """Value checks read the tensor, so they run only where that is free: on the CPU (on an accelerator a read is a
+    device sync, and the embedding lookup's own bounds check stands in), and never while tracing for torch.compile."""
+    return tensor.device.type == "cpu" and tensor.numel() > 0 and not is_torchdynamo_compiling()
+
+
+def _host_int(value: int | torch.Tensor) -> int | None:
+    """A length as a Python int, or None while tracing or where reading it would sync a device (a static cache's
+    counter on an accelerator)."""
+    if is_torchdynamo_compiling():
+        return None
+    if isinstance(value, torch.Tensor):
+        return int(value) if value.device.type == "cpu" else None
+    return value
 
 
 def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
     """Raise unless every value (other than `ignore`) lies in [low, high)."""
     if not _checks_enabled(values):
         return
-    checked = values if ignore is None else values[values != ignore]
-    if not checked.numel():
-        return
-    smallest, largest = checked.min().item(), checked.max().item()
+    if ignore is not None:
+        values = values.masked_fill(values == ignore, low)
+    smallest, largest = (int(extreme) for extreme in torch.aminmax(values))
     if smallest < low or largest >= high:
         raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
 
 
-def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
+def check_text_inputs(
+    config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, values: bool = True
+) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary
+    (unless `values` is False: ids the model produced itself)."""
     if (input_ids is None) == (inputs_embeds is None):
         given = "both" if input_ids is not None else "neither"
         raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
@@ -808,7 +843,8 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
                 _shape_and_dtype(input_ids),
                 "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
             )
-        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
+        if values:
+            _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
     elif (
         inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
     ):
@@ -819,8 +855,12 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
         )
 
 
-def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
+def check_token_type_ids(
+    config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size, values: bool = True
+) -> None:
+    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment).
+
+    `values=False` checks the shape only (generate() repeats the types it was given, checked on the first step)."""
     if token_type_ids is None:
         return
     if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
@@ -831,7 +871,8 @@ def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | No
         allowed = f"types must be in [0, {config.type_vocab_size})"
     else:
         allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
+    if values:
+        _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
