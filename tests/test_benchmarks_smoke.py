@@ -123,3 +123,16 @@ def test_shakespeare_char(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert payload["validation"]["loss"] > 0
     assert payload["train_seconds"] > 0
     assert [h["step"] for h in payload["log_history"]] == [1, 2, 3]
+
+
+def test_trainer_against_a_plain_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--shape", "tiny", "--modes", "eager", "--steps", "3", "--repeats", "2", "--warmup", "1"]
+    payload = run_script("bench_trainer.py", args, tmp_path, monkeypatch)
+    assert payload["benchmark"] == "trainer"
+    (result,) = payload["results"]
+    assert (result["mode"], result["steps"]) == ("eager", 3)
+    check_times(result["times"], {"loop", "loop+recipe", "trainer"}, 2)
+    check_load(result)
+    assert result["trainer_loop_only"]["n"] == 2
+    assert result["trainer_loop_only"]["median_s"] < result["times"]["trainer"]["median_s"], "the loop excludes setup"
+    assert set(result["ratios"]) == {"recipe_over_loop", "trainer_over_recipe", "trainer_over_loop"}
