@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup")
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "none")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rotary", "none")
 
 
 def _number(kind: type, low: float, low_inclusive: bool, high: float | None = None) -> Callable[[str], float]:
