@@ -69,9 +69,8 @@ def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_vali
     for flags, message in cases.items():
         output = run_example("quickstart.py", *flags, tmp_path=tmp_path, expect_failure=True)
         assert message in output and "Traceback" not in output
-    output = run_example(
-        "quickstart.py", "--block-size", "32", "--max-new-tokens", "40", tmp_path=tmp_path, expect_failure=True
-    )
+    too_long = ("--position-embedding-type", "learned", "--block-size", "32", "--max-new-tokens", "40")
+    output = run_example("quickstart.py", *too_long, tmp_path=tmp_path, expect_failure=True)
     assert "argument --max-new-tokens: 40 is not valid: the model has 32 positions" in output
     assert "Traceback" not in output and not (tmp_path / "turner-quickstart").exists()
 
