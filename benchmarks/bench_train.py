@@ -9,7 +9,8 @@ models, exactly what `Trainer` runs, and the same with pre-shifted targets for t
 Modes: `eager`, and `compiled` (each model wrapped in `torch.compile`, as `TrainingArguments(torch_compile=True)`
 does; the first step, which compiles, is timed separately). Precisions: `fp32`, and `bf16` (forward and loss under
 `torch.autocast(device, dtype=torch.bfloat16)`, what `TrainingArguments(bf16=True)` does; weights and optimizer
-stay fp32). Every combination of `--shapes`, `--modes` and `--precisions` is one row.
+stay fp32). Every combination of `--shapes`, `--modes` and `--precisions` is one row; a bf16 row also runs Turner
+in fp32 in its rotation, so "bf16 speed-up" is a paired ratio like the others.
 
 Reported: the median step time of each, and Turner's speed-up over each peer as the median of per-repetition ratios
 (peer time / Turner time; > 1 means Turner is faster), the three run in rotating order each repetition.
@@ -70,6 +71,10 @@ def train_step(model: torch.nn.Module, x: torch.Tensor, minimal: bool, mode: str
     return step
 
 
+def bracketed(ratio: dict[str, float]) -> str:
+    return f"{fmt_ratio(ratio['median'])} [{ratio['q1']:.2f}-{ratio['q3']:.2f}]"
+
+
 def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager:
     """bf16 mixed precision as the Trainer's `bf16=True` runs it, or nothing for fp32."""
     if precision == "bf16":
@@ -87,6 +92,9 @@ def bench_shape(
     models = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape), "minimal": minimal_lm(shape)}
     x = torch.randint(0, shape.vocab, (batch, shape.context))
     fns = {key: train_step(model, x, key == "minimal", mode, precision) for key, model in models.items()}
+    if precision == "bf16":  # what autocast buys, measured in the same rotation
+        models["turner_fp32"] = turner_lm(shape)
+        fns["turner_fp32"] = train_step(models["turner_fp32"], x, False, mode, "fp32")
     first_step = {}
     for key, fn in fns.items():  # the first step compiles in compiled mode
         start = time.perf_counter()
@@ -102,10 +110,7 @@ def bench_shape(
         "parameters": {key: parameter_count(model) for key, model in models.items()},
         "first_step_seconds": first_step,
         "times": {key: summarize(t) for key, t in times.items()},
-        "turner_speedup": {
-            "vs_gpt2": paired_ratios(times["gpt2"], times["turner"]),
-            "vs_minimal": paired_ratios(times["minimal"], times["turner"]),
-        },
+        "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
         "raw_seconds": times,
     } | under_load(load_before)
 
@@ -141,14 +146,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 fmt_ms(t["turner"]["median_s"]),
                 fmt_ms(t["gpt2"]["median_s"]),
                 fmt_ms(t["minimal"]["median_s"]),
-                f"{fmt_ratio(s['vs_gpt2']['median'])} [{s['vs_gpt2']['q1']:.2f}-{s['vs_gpt2']['q3']:.2f}]",
-                f"{fmt_ratio(s['vs_minimal']['median'])} [{s['vs_minimal']['q1']:.2f}-{s['vs_minimal']['q3']:.2f}]",
+                bracketed(s["vs_gpt2"]),
+                bracketed(s["vs_minimal"]),
+                bracketed(s["vs_turner_fp32"]) if "vs_turner_fp32" in s else "n/a",
                 t["turner"]["n"],
                 fmt_load(r),
             ]
         )
     header = ["training step", "mode", "precision", "Turner", "GPT2LMHeadModel", "minimal GPT", "Turner vs GPT-2"]
-    header += ["Turner vs min", "reps", "load avg"]
+    header += ["Turner vs min", "bf16 speed-up", "reps", "load avg"]
     print(environment_markdown(env))
     print()
     print(markdown_table(header, rows))
