@@ -30,7 +30,15 @@ from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import add_run_arguments, environment_markdown, markdown_table, start_run, write_json
+from benchutils import (
+    add_run_arguments,
+    environment_markdown,
+    finish_run,
+    fmt_load,
+    markdown_table,
+    start_run,
+    write_json,
+)
 
 from turner_tfm import TurnerConfig, TurnerModel
 
@@ -154,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "exponent_last_doubling": exponents,
             }
         )
+    print(f"\nLoad average {fmt_load(finish_run(env))}; peak bytes do not depend on it.")
     payload = {"benchmark": "attention_memory", "environment": env, "args": vars(args) | {"json": str(args.json)}}
     payload |= {
         "method": "peak of torch.profiler(profile_memory=True) total_allocated during the call",

@@ -33,12 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
+    fmt_load,
     fmt_ratio,
     interleaved,
+    load_average,
     markdown_table,
     paired_ratios,
     start_run,
     summarize,
+    under_load,
     write_json,
 )
 from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
@@ -72,6 +76,7 @@ def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, m
 def bench(
     shape: LMShape, mode: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, warmup: int, seed: int
 ) -> dict[str, Any]:
+    load_before = load_average()
     torch.manual_seed(seed)
     models: dict[str, torch.nn.Module] = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape)}
     if mode == "dynamic":
@@ -102,7 +107,7 @@ def bench(
         "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
         "raw_seconds": times,
     }
-    return result
+    return result | under_load(load_before)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r = bench(shape, mode, batch, args.prompt, args.new_tokens, args.repeats, args.warmup, args.seed)
             except Exception as error:  # a compile failure is a result to report, not a crash
                 results.append({"mode": mode, "batch": batch, "error": f"{type(error).__name__}: {error}"})
-                rows.append([mode, batch, "failed", "", "", "", "", "", ""])
+                rows.append([mode, batch, "failed", "", "", "", "", "", "", ""])
                 continue
             results.append(r)
             tps, s = r["tokens_per_second"], r["turner_speedup"]
@@ -147,8 +152,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{fmt_ratio(vs_min['median'])} [{vs_min['q1']:.2f}-{vs_min['q3']:.2f}]" if vs_min else "n/a",
                     f"{fmt_ratio(vs_dyn['median'])} [{vs_dyn['q1']:.2f}-{vs_dyn['q3']:.2f}]" if vs_dyn else "n/a",
                     r["times"]["turner"]["n"],
+                    fmt_load(r),
                 ]
             )
+    finish_run(env)
     header = [
         "cache",
         "batch",
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "Turner vs min",
         "vs Turner dynamic",
         "reps",
+        "load avg",
     ]
     print(environment_markdown(env))
     print(f"\nModel: {shape.describe()}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n")

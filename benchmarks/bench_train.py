@@ -6,6 +6,12 @@ recipe's model (6 layers, 6 heads, 384 features, context 256; batch 8 here). Eac
 models, exactly what `Trainer` runs, and the same with pre-shifted targets for the minimal GPT. The optimizer is
 `torch.optim.AdamW(fused=True)` for all three (Trainer's default on torch >= 2.8).
 
+Modes: `eager`, and `compiled` (each model wrapped in `torch.compile`, as `TrainingArguments(torch_compile=True)`
+does; the first step, which compiles, is timed separately). Precisions: `fp32`, and `bf16` (forward and loss under
+`torch.autocast(device, dtype=torch.bfloat16)`, what `TrainingArguments(bf16=True)` does; weights and optimizer
+stay fp32). Every combination of `--shapes`, `--modes` and `--precisions` is one row; a bf16 row also runs Turner
+in fp32 in its rotation, so "bf16 speed-up" is a paired ratio like the others.
+
 Reported: the median step time of each, and Turner's speed-up over each peer as the median of per-repetition ratios
 (peer time / Turner time; > 1 means Turner is faster), the three run in rotating order each repetition.
 """
@@ -13,7 +19,9 @@ Reported: the median step time of each, and Turner's speed-up over each peer as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
+    fmt_load,
     fmt_ms,
     fmt_ratio,
     interleaved,
+    load_average,
     markdown_table,
     paired_ratios,
     start_run,
     summarize,
+    under_load,
     write_json,
 )
 from peers import LMShape, gpt2_lm, minimal_lm, parameter_count, turner_lm
@@ -42,14 +54,16 @@ SHAPES: dict[str, tuple[LMShape, int]] = {
 }
 
 
-def train_step(model: torch.nn.Module, x: torch.Tensor, minimal: bool, **kwargs: Any) -> Callable[[], None]:
+def train_step(model: torch.nn.Module, x: torch.Tensor, minimal: bool, mode: str, precision: str) -> Callable[[], None]:
     """A closure running one optimisation step on the batch `x`."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1, fused=True)
     model.train()
+    forward = torch.compile(model) if mode == "compiled" else model
     targets = torch.roll(x, -1, dims=1)
 
     def step() -> None:
-        loss = model(x, targets)[1] if minimal else model(input_ids=x, labels=x, **kwargs).loss
+        with autocast(precision, x.device.type):
+            loss = forward(x, targets)[1] if minimal else forward(input_ids=x, labels=x).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -57,31 +71,55 @@ def train_step(model: torch.nn.Module, x: torch.Tensor, minimal: bool, **kwargs:
     return step
 
 
-def bench_shape(name: str, repeats: int, warmup: int, batch: int | None, seed: int) -> dict[str, Any]:
+def bracketed(ratio: dict[str, float]) -> str:
+    return f"{fmt_ratio(ratio['median'])} [{ratio['q1']:.2f}-{ratio['q3']:.2f}]"
+
+
+def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager:
+    """bf16 mixed precision as the Trainer's `bf16=True` runs it, or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def bench_shape(
+    name: str, mode: str, precision: str, repeats: int, warmup: int, batch: int | None, seed: int
+) -> dict[str, Any]:
     shape, default_batch = SHAPES[name]
     batch = batch or default_batch
+    load_before = load_average()
     torch.manual_seed(seed)
     models = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape), "minimal": minimal_lm(shape)}
     x = torch.randint(0, shape.vocab, (batch, shape.context))
-    fns = {key: train_step(model, x, minimal=key == "minimal") for key, model in models.items()}
-    times = interleaved(fns, repeats=repeats, warmup=warmup)
+    fns = {key: train_step(model, x, key == "minimal", mode, precision) for key, model in models.items()}
+    if precision == "bf16":  # what autocast buys, measured in the same rotation
+        models["turner_fp32"] = turner_lm(shape)
+        fns["turner_fp32"] = train_step(models["turner_fp32"], x, False, mode, "fp32")
+    first_step = {}
+    for key, fn in fns.items():  # the first step compiles in compiled mode
+        start = time.perf_counter()
+        fn()
+        first_step[key] = time.perf_counter() - start
+    times = interleaved(fns, repeats=repeats, warmup=max(warmup - 1, 0))
     return {
         "shape": name,
+        "mode": mode,
+        "precision": precision,
         "dims": shape.describe(),
         "batch": batch,
         "parameters": {key: parameter_count(model) for key, model in models.items()},
+        "first_step_seconds": first_step,
         "times": {key: summarize(t) for key, t in times.items()},
-        "turner_speedup": {
-            "vs_gpt2": paired_ratios(times["gpt2"], times["turner"]),
-            "vs_minimal": paired_ratios(times["minimal"], times["turner"]),
-        },
+        "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
         "raw_seconds": times,
-    }
+    } | under_load(load_before)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["nanogpt-cpu", "nanogpt-gpu"], choices=sorted(SHAPES))
+    parser.add_argument("--modes", nargs="+", default=["eager"], choices=["eager", "compiled"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
     add_run_arguments(parser, repeats=30, warmup=3)
     return parser.parse_args(argv)
@@ -90,26 +128,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     env = start_run(args.threads)
-    results = [bench_shape(name, args.repeats, args.warmup, args.batch, args.seed) for name in args.shapes]
+    results = [
+        bench_shape(name, mode, precision, args.repeats, args.warmup, args.batch, args.seed)
+        for name in args.shapes
+        for mode in args.modes
+        for precision in args.precisions
+    ]
+    finish_run(env)
     rows = []
     for r in results:
         t, s = r["times"], r["turner_speedup"]
         rows.append(
             [
                 f"{r['shape']} ({r['dims']}, B={r['batch']})",
+                r["mode"],
+                r["precision"],
                 fmt_ms(t["turner"]["median_s"]),
                 fmt_ms(t["gpt2"]["median_s"]),
                 fmt_ms(t["minimal"]["median_s"]),
-                f"{fmt_ratio(s['vs_gpt2']['median'])} [{s['vs_gpt2']['q1']:.2f}-{s['vs_gpt2']['q3']:.2f}]",
-                f"{fmt_ratio(s['vs_minimal']['median'])} [{s['vs_minimal']['q1']:.2f}-{s['vs_minimal']['q3']:.2f}]",
+                bracketed(s["vs_gpt2"]),
+                bracketed(s["vs_minimal"]),
+                bracketed(s["vs_turner_fp32"]) if "vs_turner_fp32" in s else "n/a",
                 t["turner"]["n"],
+                fmt_load(r),
             ]
         )
-    header = ["training step", "Turner", "GPT2LMHeadModel", "minimal GPT", "Turner vs GPT-2", "Turner vs min", "reps"]
+    header = ["training step", "mode", "precision", "Turner", "GPT2LMHeadModel", "minimal GPT", "Turner vs GPT-2"]
+    header += ["Turner vs min", "bf16 speed-up", "reps", "load avg"]
     print(environment_markdown(env))
     print()
     print(markdown_table(header, rows))
     print("\nSpeed-up = peer time / Turner time, median of paired repetitions [interquartile range].")
+    for r in results:
+        if r["mode"] == "compiled":
+            firsts = ", ".join(f"{key} {seconds:.1f} s" for key, seconds in r["first_step_seconds"].items())
+            print(f"First compiled step ({r['shape']}, {r['precision']}), compilation included: {firsts}")
     payload = {"benchmark": "train_step", "environment": env, "args": vars(args) | {"json": str(args.json)}}
     write_json(args.json, payload | {"results": results})
     return payload | {"results": results}

@@ -20,13 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
+    fmt_load,
     fmt_ms,
     fmt_ratio,
     interleaved,
+    load_average,
     markdown_table,
     paired_ratios,
     start_run,
     summarize,
+    under_load,
     write_json,
 )
 from peers import ImageShape, parameter_count, turner_image, vit_image
@@ -34,6 +38,7 @@ from peers import ImageShape, parameter_count, turner_image, vit_image
 
 @torch.inference_mode()
 def bench(shape: ImageShape, batch: int, repeats: int, warmup: int, seed: int) -> dict[str, Any]:
+    load_before = load_average()
     torch.manual_seed(seed)
     models = {"turner": turner_image(shape).eval(), "vit": vit_image(shape).eval()}
     x = torch.randn(batch, 3, shape.image_size, shape.image_size)
@@ -47,7 +52,7 @@ def bench(shape: ImageShape, batch: int, repeats: int, warmup: int, seed: int) -
         "images_per_second": {key: batch / summarize(t)["median_s"] for key, t in times.items()},
         "turner_speedup": {"vs_vit": paired_ratios(times["vit"], times["turner"])},
         "raw_seconds": times,
-    }
+    } | under_load(load_before)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,11 +86,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{fmt_ms(r['times']['vit']['median_s'])} ({r['images_per_second']['vit']:.1f} img/s)",
             f"{fmt_ratio(s['median'])} [{s['q1']:.2f}-{s['q3']:.2f}]",
             r["times"]["turner"]["n"],
+            fmt_load(r),
         ]
     ]
+    finish_run(env)
     print(environment_markdown(env))
     print()
-    print(markdown_table(["image forward", "Turner", "ViTForImageClassification", "Turner vs ViT", "reps"], rows))
+    print(
+        markdown_table(
+            ["image forward", "Turner", "ViTForImageClassification", "Turner vs ViT", "reps", "load avg"], rows
+        )
+    )
     print("\nSpeed-up = ViT time / Turner time, median of paired repetitions [interquartile range].")
     payload = {"benchmark": "vision_forward", "environment": env, "args": vars(args) | {"json": str(args.json)}}
     payload |= {"results": [r]}

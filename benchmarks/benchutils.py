@@ -2,7 +2,8 @@
 
 Every figure the scripts report is a ratio of two medians measured in the same process, with the contenders run in
 alternation (turner, peer, turner, peer, ...) after a warm-up, so that load from other processes on a shared machine
-hits both sides alike.
+hits both sides alike. Every figure records the load average before and after it; one taken with more processes
+waiting for a CPU than there are cores is marked noisy, since a ratio taken then mostly measures the other processes.
 """
 
 from __future__ import annotations
@@ -42,16 +43,37 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cuda": torch.cuda.is_available(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "load_before": load_average(),
     }
 
 
+def load_average() -> float:
+    """The 1-minute load average: processes running or waiting for a CPU (`os.getloadavg`)."""
+    return os.getloadavg()[0]
+
+
+def under_load(before: float) -> dict[str, Any]:
+    """The load average before and after a measurement, and `noisy`: above the core count at either end."""
+    after = load_average()
+    return {"load_before": before, "load_after": after, "noisy": max(before, after) > (os.cpu_count() or 1)}
+
+
+def fmt_load(record: dict[str, Any]) -> str:
+    """`before -> after`, marked noisy where the load exceeded the core count."""
+    text = f"{record['load_before']:.1f} -> {record['load_after']:.1f}"
+    return f"{text} (noisy)" if record["noisy"] else text
+
+
 def environment_markdown(env: dict[str, Any]) -> str:
-    """One Markdown line describing the machine and versions."""
-    return (
+    """One Markdown line describing the machine, versions and load (`finish_run` adds the load after)."""
+    line = (
         f"Machine: {env['cpu']} ({env['logical_cpus']} logical CPUs), torch threads {env['torch_threads']}, "
         f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}, "
         f"CUDA {'yes' if env['cuda'] else 'no'}; {env['time']}"
     )
+    if "load_after" in env:
+        line += f"; load average {fmt_load(env)}"
+    return line
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, list[float]]:
@@ -149,6 +171,12 @@ def start_run(threads: int | None) -> dict[str, Any]:
     set_threads(threads)
     transformers.logging.set_verbosity_error()
     return environment()
+
+
+def finish_run(env: dict[str, Any]) -> dict[str, Any]:
+    """After measuring: add the load average after the run, and whether the run was noisy, to `env`."""
+    env.update(under_load(env["load_before"]))
+    return env
 
 
 def fmt_ratio(value: float) -> str:

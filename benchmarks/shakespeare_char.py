@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import add_run_arguments, environment, environment_markdown, markdown_table, start_run, write_json
+from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
 
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
@@ -166,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    start_run(args.threads)
+    env = start_run(args.threads)
     text = args.text.read_text(encoding="utf-8")
     codec = CharCodec(text)
     data = codec.encode(text)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.save:
         trainer.save_model(str(args.output_dir / "final"))
 
-    env = environment()
+    finish_run(env)
     result = {
         "benchmark": "shakespeare_char",
         "environment": env,

@@ -26,10 +26,13 @@ from _cli import (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(__doc__.split("\n\n")[0])
+    # 1000 steps of 8 x 128 characters: the CPU time of 600 steps of 16 x 128, with more, smaller updates. Rotary
+    # positions: 1.78 against 1.88 nats for learned ones on Shakespeare (README, docs/experiments.md).
     add_training_arguments(
-        parser, output_dir="./turner-quickstart", max_steps=600, learning_rate=2e-3, per_device_train_batch_size=16
+        parser, output_dir="./turner-quickstart", max_steps=1000, learning_rate=3e-3, per_device_train_batch_size=8
     )
-    add_model_arguments(parser, hidden_size=128, num_hidden_layers=4, num_attention_heads=4)
+    sizes = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
+    add_model_arguments(parser, **sizes, position_embedding_type="rotary")
     parser.add_argument("--block-size", type=positive_int, default=128, help="characters per training sequence")
     add_sample_arguments(parser, prompt="Return the")
     return parser

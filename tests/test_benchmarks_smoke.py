@@ -6,6 +6,7 @@ Timings are never asserted: they are what the scripts measure, not behaviour.
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 ENV_KEYS = {"cpu", "logical_cpus", "torch_threads", "torch", "transformers", "python"}
+LOAD_KEYS = {"load_before", "load_after", "noisy"}
 RATIO_KEYS = {"median", "q1", "q3", "ratio_of_medians"}
 TIMES_KEYS = {"median_s", "q1_s", "q3_s", "min_s", "n"}
 
@@ -28,7 +30,14 @@ def run_script(name: str, args: list[str], tmp_path: Path, monkeypatch: pytest.M
     payload = json.loads(out.read_text())
     assert set(payload["environment"]) >= ENV_KEYS
     assert payload["environment"]["torch_threads"] == 1
+    assert set(payload["environment"]) >= LOAD_KEYS, "the load average before and after the run"
     return payload
+
+
+def check_load(result: dict[str, Any]) -> None:
+    """A figure carries the load average around its own measurement, and is noisy when above the core count."""
+    assert set(result) >= LOAD_KEYS
+    assert result["noisy"] == (max(result["load_before"], result["load_after"]) > os.cpu_count())
 
 
 def check_times(times: dict[str, Any], names: set[str], repeats: int) -> None:
@@ -40,16 +49,20 @@ def check_times(times: dict[str, Any], names: set[str], repeats: int) -> None:
 
 
 def test_train_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    payload = run_script(
-        "bench_train.py", ["--shapes", "tiny", "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch
-    )
+    args = ["--shapes", "tiny", "--precisions", "fp32", "bf16", "--repeats", "2", "--warmup", "1"]
+    payload = run_script("bench_train.py", args, tmp_path, monkeypatch)
     assert payload["benchmark"] == "train_step"
-    (result,) = payload["results"]
-    assert result["shape"] == "tiny"
-    check_times(result["times"], {"turner", "gpt2", "minimal"}, 2)
-    assert set(result["turner_speedup"]) == {"vs_gpt2", "vs_minimal"}
-    assert all(set(r) == RATIO_KEYS for r in result["turner_speedup"].values())
-    assert len(set(result["parameters"].values())) == 1, "the three models must have the same parameter count"
+    assert [(r["shape"], r["mode"], r["precision"]) for r in payload["results"]] == [
+        ("tiny", "eager", "fp32"),
+        ("tiny", "eager", "bf16"),
+    ]
+    for result in payload["results"]:
+        peers = {"gpt2", "minimal"} | ({"turner_fp32"} if result["precision"] == "bf16" else set())
+        check_times(result["times"], {"turner", *peers}, 2)
+        check_load(result)
+        assert set(result["turner_speedup"]) == {f"vs_{peer}" for peer in peers}
+        assert all(set(r) == RATIO_KEYS for r in result["turner_speedup"].values())
+        assert len(set(result["parameters"].values())) == 1, "the three models must have the same parameter count"
 
 
 def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,6 +80,7 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert "error" not in result, result.get("error")
         names = {"turner", "gpt2", "minimal"} if result["mode"] == "dynamic" else {"turner", "gpt2", "turner_dynamic"}
         check_times(result["times"], names, 2)
+        check_load(result)
         assert set(result["tokens_per_second"]) == names
         assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
 
@@ -79,6 +93,7 @@ def test_vision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert payload["benchmark"] == "vision_forward"
     (result,) = payload["results"]
     check_times(result["times"], {"turner", "vit"}, 2)
+    check_load(result)
     assert set(result["turner_speedup"]["vs_vit"]) == RATIO_KEYS
     assert result["parameters"]["turner"] == result["parameters"]["vit"]
 
@@ -145,3 +160,16 @@ def test_quantization(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ]  # all six projections; not the head tied to the embedding
     assert payload["gpt2_layers_replaced"]["Conv1D"] == [0, 4]
     assert abs(results["torchao int8"]["held_out_loss"] / results["fp32"]["held_out_loss"] - 1) < 0.01
+
+
+def test_trainer_against_a_plain_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--shape", "tiny", "--modes", "eager", "--steps", "3", "--repeats", "2", "--warmup", "1"]
+    payload = run_script("bench_trainer.py", args, tmp_path, monkeypatch)
+    assert payload["benchmark"] == "trainer"
+    (result,) = payload["results"]
+    assert (result["mode"], result["steps"]) == ("eager", 3)
+    check_times(result["times"], {"loop", "loop+recipe", "trainer"}, 2)
+    check_load(result)
+    assert result["trainer_loop_only"]["n"] == 2
+    assert result["trainer_loop_only"]["median_s"] < result["times"]["trainer"]["median_s"], "the loop excludes setup"
+    assert set(result["ratios"]) == {"recipe_over_loop", "trainer_over_recipe", "trainer_over_loop"}

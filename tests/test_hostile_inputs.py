@@ -18,6 +18,7 @@ from turner_tfm import (
     TurnerForSequenceClassification,
     TurnerModel,
 )
+from turner_tfm.modeling_turner import check_causal_lm_labels, check_text_inputs
 
 from .tiny import image_config, random_ids, text_config
 
@@ -100,6 +101,42 @@ def test_cached_decoding_past_the_learned_positions_is_refused(causal_lm):
         causal_lm(random_ids(1, 1), past_key_values=cache)  # position 63: the last learned one
         with pytest.raises(ValueError, match="`position_ids` contains 64"):
             causal_lm(random_ids(1, 1), past_key_values=cache)
+
+
+def test_token_ids_passed_with_a_cache_are_still_checked(causal_lm):
+    with torch.no_grad():
+        cache = causal_lm(random_ids(1, 4), use_cache=True).past_key_values
+        with pytest.raises(ValueError, match=r"`input_ids` contains 99 is invalid: token ids must be in \[0, 99\)"):
+            causal_lm(torch.tensor([[99]]), past_key_values=cache)
+
+
+def value_reads(model: TurnerForCausalLM, prompt: torch.Tensor, new_tokens: int) -> int:
+    """How often greedy generate() reads a tensor's extremes (`aminmax`, what the value checks run), in a profile."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    return sum(event.count for event in profile.key_averages() if event.key == "aten::aminmax")
+
+
+@pytest.mark.parametrize(("position_embedding_type", "prompt_reads"), [("learned", 2), ("rotary", 1)])
+def test_decoding_steps_read_no_values_only_the_prompt_is_checked(position_embedding_type, prompt_reads):
+    """The prompt's ids (and the positions generate() passes, for a learned table) are read once; the decoding steps,
+    fed the model's own tokens, read nothing: the count does not grow with the number of new tokens."""
+    model = TurnerForCausalLM(text_config(position_embedding_type=position_embedding_type)).eval()
+    prompt = random_ids(2, 5)
+    assert value_reads(model, prompt, 2) == value_reads(model, prompt, 12) == prompt_reads
+    assert not model.model.decoding, "the decoding flag ends with generate()"
+    with torch.no_grad(), pytest.raises(ValueError, match="`input_ids` contains 99"):
+        model.generate(torch.tensor([[3, 99]]), max_new_tokens=2)
+
+
+def test_value_checks_never_read_an_accelerator_tensor():
+    """A read of a tensor on an accelerator is a device sync; meta tensors stand in (reading one raises)."""
+    config = text_config()
+    on_device = torch.full((1, 3), 99, device="meta")
+    check_text_inputs(config, on_device, None)
+    check_causal_lm_labels(on_device, on_device.shape, config.vocab_size)
+    with pytest.raises(ValueError, match="`input_ids` contains 99"):
+        check_text_inputs(config, torch.full((1, 3), 99), None)  # the same ids on the CPU
 
 
 def test_sinusoidal_positions_run_past_max_position_embeddings():

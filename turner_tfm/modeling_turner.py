@@ -4,7 +4,7 @@ Notation. The paper writes the token matrix X as D x N (features down, tokens ac
 laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X A` of eq. 2 becomes `A^T X^T`.
 
 Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
-own their projection, pooling and loss; the backbone knows nothing of tasks.
+own their projection, pooling and loss; the backbone knows nothing of tasks. The checks of user inputs come last.
 
 This file imports only torch, transformers (with safetensors, which transformers requires) and
 `.configuration_turner`, so the copy `save_pretrained` writes next to the weights runs without `turner_tfm`. It reads
@@ -12,7 +12,8 @@ and writes no files itself: loading and saving go through `transformers`, and on
 """
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from safetensors import SafetensorError
@@ -38,126 +39,6 @@ from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_turner import TurnerConfig
-
-
-def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
-
-
-def _shape(tensor: torch.Tensor) -> str:
-    return f"of shape {tuple(tensor.shape)}"
-
-
-def _shape_and_dtype(tensor: torch.Tensor) -> str:
-    return f"{_shape(tensor)} and dtype {tensor.dtype}"
-
-
-def _checks_enabled(tensor: torch.Tensor) -> bool:
-    """Value checks read the tensor (a device sync); they are skipped while tracing for torch.compile/export."""
-    return not is_torchdynamo_compiling() and tensor.numel() > 0
-
-
-def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
-    """Raise unless every value (other than `ignore`) lies in [low, high)."""
-    if not _checks_enabled(values):
-        return
-    checked = values if ignore is None else values[values != ignore]
-    if not checked.numel():
-        return
-    smallest, largest = checked.min().item(), checked.max().item()
-    if smallest < low or largest >= high:
-        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
-
-
-def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
-    if (input_ids is None) == (inputs_embeds is None):
-        given = "both" if input_ids is not None else "neither"
-        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
-    if input_ids is not None:
-        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
-            raise _invalid_input(
-                "input_ids",
-                _shape_and_dtype(input_ids),
-                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
-            )
-        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
-    elif (
-        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
-    ):
-        raise _invalid_input(
-            "inputs_embeds",
-            _shape(inputs_embeds),
-            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
-        )
-
-
-def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
-    if token_type_ids is None:
-        return
-    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
-        raise _invalid_input(
-            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
-        )
-    if config.type_vocab_size:
-        allowed = f"types must be in [0, {config.type_vocab_size})"
-    else:
-        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
-
-
-def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
-    if attention_mask is None or attention_mask.ndim == 4:
-        return
-    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
-        raise _invalid_input(
-            "attention_mask",
-            _shape(attention_mask),
-            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
-            "for padding",
-        )
-
-
-def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
-    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
-    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
-        raise _invalid_input(
-            "labels",
-            _shape_and_dtype(labels),
-            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
-        )
-    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
-
-
-def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
-    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
-    num_labels, problem = config.num_labels, config.problem_type
-    if problem == "regression" or (problem is None and num_labels == 1):
-        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"regression expects {batch_size} x {num_labels} floats",
-            )
-    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
-        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
-            )
-        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
-            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
-    else:
-        if labels.numel() != batch_size or labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"single-label classification expects {batch_size} integer class ids",
-            )
-        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -610,6 +491,7 @@ class TurnerModel(TurnerPreTrainedModel):
         self.norm = build_norm(config) if config.norm_position == "pre" else None
         self.pooler = TurnerPooler(config) if config.use_pooler else None
         self.gradient_checkpointing = False
+        self.decoding = False  # inside generate()'s decoding loop, which feeds back the model's own tokens
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -682,21 +564,26 @@ class TurnerModel(TurnerPreTrainedModel):
         past_key_values: Cache | None,
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        check_text_inputs(self.config, input_ids, inputs_embeds)
+        check_text_inputs(self.config, input_ids, inputs_embeds, values=not self.decoding)
         check_token_type_ids(
-            self.config, token_type_ids, (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+            self.config,
+            token_type_ids,
+            (input_ids if input_ids is not None else inputs_embeds).shape[:2],
+            values=not self.decoding,
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
             past_key_values = DynamicCache(config=self.config)
         past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if not is_torchdynamo_compiling():
-            check_attention_mask(attention_mask, inputs_embeds.shape[0], past_seen + inputs_embeds.shape[1])
+        total_length = _host_int(past_seen + inputs_embeds.shape[1])
+        if total_length is not None:
+            check_attention_mask(attention_mask, inputs_embeds.shape[0], total_length)
+        derived_positions = position_ids is None or self.decoding
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
             position_ids = position_ids.unsqueeze(0)
-        self._check_positions(position_ids)
+        self._check_positions(position_ids, total_length, derived_positions)
         hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
         return hidden_states, past_key_values, position_ids
 
@@ -747,10 +634,14 @@ class TurnerModel(TurnerPreTrainedModel):
             past_key_values=past_key_values,
         )
 
-    def _check_positions(self, position_ids: torch.Tensor) -> None:
+    def _check_positions(self, position_ids: torch.Tensor, total_length: int | None, derived: bool) -> None:
+        """Learned positions stop at `max_position_embeddings`. Positions derived from the sequence (here, or by
+        generate()) never exceed its length, so within the table they need no read."""
         if self.config.position_embedding_type != "learned":
             return
         limit = self.config.max_position_embeddings
+        if derived and total_length is not None and total_length <= limit:
+            return
         _check_range(
             "position_ids",
             position_ids,
@@ -841,6 +732,17 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    @contextmanager
+    def _optimize_model_for_decode(self) -> Iterator[None]:
+        """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
+        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual."""
+        decoding, self.model.decoding = self.model.decoding, True
+        try:
+            with super()._optimize_model_for_decode():
+                yield
+        finally:
+            self.model.decoding = decoding
 
 
 def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -964,6 +866,148 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+
+# --- input checks: clear errors for what users pass in (the model above calls them) ---------------------------
+
+
+def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return f"of shape {tuple(tensor.shape)}"
+
+
+def _shape_and_dtype(tensor: torch.Tensor) -> str:
+    return f"{_shape(tensor)} and dtype {tensor.dtype}"
+
+
+def _checks_enabled(tensor: torch.Tensor) -> bool:
+    """Value checks read the tensor, so they run only where that is free: on the CPU (on an accelerator a read is a
+    device sync, and the embedding lookup's own bounds check stands in), and never while tracing for torch.compile."""
+    return tensor.device.type == "cpu" and tensor.numel() > 0 and not is_torchdynamo_compiling()
+
+
+def _host_int(value: int | torch.Tensor) -> int | None:
+    """A length as a Python int, or None while tracing or where reading it would sync a device (a static cache's
+    counter on an accelerator)."""
+    if is_torchdynamo_compiling():
+        return None
+    if isinstance(value, torch.Tensor):
+        return int(value) if value.device.type == "cpu" else None
+    return value
+
+
+def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
+    """Raise unless every value (other than `ignore`) lies in [low, high)."""
+    if not _checks_enabled(values):
+        return
+    if ignore is not None:
+        values = values.masked_fill(values == ignore, low)
+    smallest, largest = (int(extreme) for extreme in torch.aminmax(values))
+    if smallest < low or largest >= high:
+        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
+
+
+def check_text_inputs(
+    config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, values: bool = True
+) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary
+    (unless `values` is False: ids the model produced itself)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        given = "both" if input_ids is not None else "neither"
+        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
+    if input_ids is not None:
+        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
+            raise _invalid_input(
+                "input_ids",
+                _shape_and_dtype(input_ids),
+                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
+            )
+        if values:
+            _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
+    elif (
+        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
+    ):
+        raise _invalid_input(
+            "inputs_embeds",
+            _shape(inputs_embeds),
+            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
+        )
+
+
+def check_token_type_ids(
+    config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size, values: bool = True
+) -> None:
+    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment).
+
+    `values=False` checks the shape only (generate() repeats the types it was given, checked on the first step)."""
+    if token_type_ids is None:
+        return
+    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
+        raise _invalid_input(
+            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
+        )
+    if config.type_vocab_size:
+        allowed = f"types must be in [0, {config.type_vocab_size})"
+    else:
+        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
+    if values:
+        _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
+
+
+def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
+    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
+    if attention_mask is None or attention_mask.ndim == 4:
+        return
+    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
+        raise _invalid_input(
+            "attention_mask",
+            _shape(attention_mask),
+            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
+            "for padding",
+        )
+
+
+def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
+    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
+    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
+        raise _invalid_input(
+            "labels",
+            _shape_and_dtype(labels),
+            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
+        )
+    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
+
+
+def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
+    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
+    num_labels, problem = config.num_labels, config.problem_type
+    if problem == "regression" or (problem is None and num_labels == 1):
+        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"regression expects {batch_size} x {num_labels} floats",
+            )
+    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
+        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
+            )
+        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
+            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
+    else:
+        if labels.numel() != batch_size or labels.is_floating_point():
+            raise _invalid_input(
+                "labels",
+                _shape_and_dtype(labels),
+                f"single-label classification expects {batch_size} integer class ids",
+            )
+        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 __all__ = [
