@@ -105,3 +105,19 @@ def test_a_packed_row_gives_each_sequence_its_own_logits(position_embedding_type
         logits = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"], use_cache=False).logits
         alone = torch.cat([model(torch.tensor([sequence])).logits[0] for sequence in sequences])
     torch.testing.assert_close(logits[0], alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", CPU_IMPLEMENTATIONS)
+@pytest.mark.parametrize("position_embedding_type", ["learned", "rotary"])
+def test_a_packed_row_of_an_encoder_keeps_each_sequence_to_itself(position_embedding_type, implementation):
+    """Full attention, packed: a token must not see the other sequences of its row (transformers' bidirectional mask
+    reads no positions; Turner finds the sequences in them)."""
+    sequences = [random_ids(1, length, seed=seed)[0].tolist() for seed, length in ((1, 5), (2, 9), (3, 3))]
+    packed = DataCollatorWithFlattening()([{"input_ids": sequence} for sequence in sequences])
+    torch.manual_seed(0)
+    config = text_config(is_causal=False, position_embedding_type=position_embedding_type)
+    model = TurnerModel._from_config(config, attn_implementation=implementation).eval()
+    with torch.no_grad():
+        states = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"]).last_hidden_state
+        alone = torch.cat([model(torch.tensor([sequence])).last_hidden_state[0] for sequence in sequences])
+    torch.testing.assert_close(states[0], alone, atol=1e-5, rtol=1e-5)

@@ -23,7 +23,12 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.distributed import DistributedConfig
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -527,6 +532,7 @@ class TurnerModel(TurnerPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
             Resize learned patch positions to accept images of another size than `config.image_size`.
         """
+        packed = position_ids is not None and attention_mask is None  # a packed row: positions restart per sequence
         if self.config.is_image_model:
             hidden_states = self._embed_image(pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
             use_cache = False
@@ -534,7 +540,7 @@ class TurnerModel(TurnerPreTrainedModel):
             hidden_states, past_key_values, position_ids = self._embed_text(
                 input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, past_key_values, use_cache
             )
-        mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids)
+        mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids, packed)
         rotations = self._rotations(hidden_states, position_ids)
 
         for block in self.layers:
@@ -617,8 +623,11 @@ class TurnerModel(TurnerPreTrainedModel):
         attention_mask: torch.Tensor | None,
         past_key_values: Cache | None,
         position_ids: torch.Tensor | None,
+        packed: bool = False,
     ) -> torch.Tensor | None:
-        """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding."""
+        """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding. In a
+        packed row (`packed`: the caller's positions restart at each sequence, no padding mask) every token attends
+        only within its own sequence: transformers finds the sequences for the causal mask, here for the full one."""
         if self.config.is_causal:
             return create_causal_mask(
                 config=self.config,
@@ -627,11 +636,15 @@ class TurnerModel(TurnerPreTrainedModel):
                 past_key_values=past_key_values,
                 position_ids=position_ids,
             )
+        sequences = None
+        if packed and (past_key_values is None or past_key_values.get_seq_length() == 0):
+            sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             past_key_values=past_key_values,
+            and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
         )
 
     def _check_positions(self, position_ids: torch.Tensor, total_length: int | None, derived: bool) -> None:
