@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import _padding_free
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
     fmt_ratio,
     interleaved,
     markdown_table,
@@ -64,7 +64,6 @@ def step(model: TurnerForCausalLM, optimizer: torch.optim.Optimizer, batches: it
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     env = start_run(args.threads)
-    load_before = os.getloadavg()
     text = _common.stdlib_docstrings()
     tokenizer = _common.char_tokenizer([text], model_max_length=args.block_size)
     sequences = _padding_free.paragraph_sequences(tokenizer, text, args.block_size, "training").shuffle(seed=args.seed)
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         model = TurnerForCausalLM(config).train()
         steps[name] = step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), itertools.cycle(batches[name]))
     times = interleaved(steps, args.repeats, args.warmup)
-    load_after = os.getloadavg()
+    finish_run(env)
 
     speedup = paired_ratios(times["padded"], times["padding-free"])
     rows = [
@@ -99,7 +98,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, t in times.items()
     ]
     print(environment_markdown(env))
-    print(f"load average (1, 5, 15 min) before: {load_before}, after: {load_after}")
     print(
         f"L{args.layers} H{args.heads} D{args.features}, {args.attn_implementation}, batch {args.batch_size} "
         f"sequences of at most {args.block_size}: {real_tokens:.0f} real tokens per batch, padded to "
@@ -109,7 +107,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\npadding-free vs padded: {fmt_ratio(speedup['median'])} [{speedup['q1']:.2f}-{speedup['q3']:.2f}]")
     payload = {"benchmark": "padding_free", "environment": env, "args": {k: str(v) for k, v in vars(args).items()}}
     payload |= {
-        "load_average": {"before": load_before, "after": load_after},
         "tokens_per_batch": {"real": real_tokens, "padded": padded_tokens},
         "times": {name: summarize(t) for name, t in times.items()},
         "speedup_padding_free_vs_padded": speedup,

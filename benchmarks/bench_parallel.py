@@ -14,7 +14,7 @@ vocabulary 32000, tied head: 83 M parameters); every rank loads it twice, whole 
 
 Forward: batch 4 x 256 tokens, no gradient. Decode: `generate()` of 32 new tokens after a 64-token prompt, batch 1,
 greedy, dynamic cache. Before timing, the sharded logits are checked against the whole model's (1e-4). The machine's
-load average is recorded before and after; a figure taken while it exceeds the number of cores is marked noisy.
+load average is recorded before and after (`benchutils.finish_run`); above the number of cores, the run is noisy.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import datetime
-import os
 import shutil
 import sys
 import tempfile
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
     fmt_ms,
     fmt_ratio,
     interleaved,
@@ -131,7 +131,6 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))
     rank, world = dist.get_rank(), dist.get_world_size()
     env = start_run(1)
-    load_before = os.getloadavg()
     whole, sharded = load_models(saved_model(shape, args.seed), world)
 
     check = torch.randint(0, args.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
@@ -157,18 +156,15 @@ def main() -> None:
                 if label != "tensor parallel"
             },
         }
-    load_after = os.getloadavg()
+    finish_run(env)
     if rank == 0:
-        report(env, args, shape, world, memory, results, (load_before, load_after), difference)
+        report(env, args, shape, world, memory, results, difference)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def report(env, args, shape, world, memory, results, load_averages, difference) -> None:
-    (load_before, load_after) = load_averages
-    noisy = max(load_before[0], load_after[0]) > (os.cpu_count() or 1)
+def report(env, args, shape, world, memory, results, difference) -> None:
     print(environment_markdown(env))
-    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}" + (" NOISY" if noisy else ""))
     print(f"sharded logits vs whole model: max |difference| = {difference:.2e}\n")
     rows = []
     for name, result in results.items():
@@ -185,9 +181,6 @@ def report(env, args, shape, world, memory, results, load_averages, difference) 
             "environment": env,
             "world_size": world,
             "shape": shape,
-            "load_average_before": load_before,
-            "load_average_after": load_after,
-            "noisy": noisy,
             "max_logit_difference": difference,
             "parameter_mib_rank0": memory,
             "results": results,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
+    finish_run,
     fmt_ratio,
     interleaved,
     markdown_table,
@@ -137,7 +137,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     env = start_run(args.threads)
-    load_before = os.getloadavg()
     models = {method: load(args.model_dir, method) for method in METHODS}
     config = models["fp32"].config
     blocks = held_out_blocks(args.model_dir, config.max_position_embeddings)[: args.max_eval_blocks]
@@ -163,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     gpt2_folder = Path(tempfile.mkdtemp())
     gpt2_like(config).save_pretrained(gpt2_folder)
     gpt2 = layers_replaced(load(gpt2_folder, "torchao int8"))
-    load_after = os.getloadavg()
+    finish_run(env)
 
     fp32 = results["fp32"]
     rows = [
@@ -179,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for speed in [r["speed_vs_fp32"]]
     ]
     print(environment_markdown(env))
-    print(f"load average (1, 5, 15 min) before: {load_before}, after: {load_after}; {len(blocks)} held-out blocks\n")
+    print(f"{len(blocks)} held-out blocks\n")
     header = ["weights", "safetensors on disk", "in memory", "held-out loss (vs fp32)", "greedy decode", "vs fp32"]
     print(markdown_table(header, rows))
     touched = {name: f"{done}/{total}" for name, (done, total) in results["torchao int8"]["layers_replaced"].items()}
@@ -189,7 +188,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     payload = {"benchmark": "quantization", "environment": env, "args": vars(args) | {"json": str(args.json)}}
     payload |= {
-        "load_average": {"before": load_before, "after": load_after},
         "results": results,
         "gpt2_layers_replaced": gpt2,
         "perplexity": {m: math.exp(r["held_out_loss"]) for m, r in results.items()},

@@ -176,6 +176,7 @@ def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     report = json.loads((tmp_path / "parallel.json").read_text())
     assert report["max_logit_difference"] < 1e-4
+    assert {"load_before", "load_after", "noisy"} <= set(report["environment"])  # every figure says its load
     memory = report["parameter_mib_rank0"]
     assert memory["one process"] / 2 <= memory["tensor parallel"] < 0.7 * memory["one process"]  # positions: whole
     assert set(report["results"]) == {"forward", "decode"}
