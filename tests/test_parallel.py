@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from PIL import Image
+from transformers import AutoModelForCausalLM, pipeline
 from transformers.distributed.parallel_utils import replace_layer_number_by_wildcard
 
 from turner_tfm import (
@@ -23,6 +24,7 @@ from turner_tfm import (
 )
 
 from .parallel_worker import CASES
+from .test_workflows_classifiers import write_digit_folder
 from .tiny import image_config, text_config
 from .workflow_utils import EXAMPLES, TINY_MODEL, free_port, run_example, script_env
 
@@ -214,3 +216,20 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
     assert "argument --max-new-tokens: 30 is not valid: the model has 32 positions" in too_long
     not_launched = run_example("train_causal_lm.py", "--fsdp-size", "2", tmp_path=tmp_path, expect_failure=True)
     assert "argument --fsdp-size: 2 is not valid: it must equal the number of processes, 1" in not_launched
+
+
+def test_a_classifier_script_trains_fully_sharded_and_loads_in_one_process(tmp_path: Path) -> None:
+    write_digit_folder(tmp_path / "digits", classes=(0, 1, 7), per_class=12)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
+    output = run_example(
+        [*launcher, str(EXAMPLES / "train_image_classifier.py")],
+        *("--fsdp-size", "2", "--train-dir", "digits", "--image-size", "8", "--patch-size", "4"),
+        *("--output-dir", "img", "--num-train-epochs", "2", "--per-device-train-batch-size", "8", *TINY_MODEL),
+        tmp_path=tmp_path,
+        env=script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1"),
+    )
+    assert output.count("pipeline('image-classification'):") == 1  # every process classifies, the first prints
+    card = (tmp_path / "img" / "README.md").read_text()
+    assert "| parallelism | FSDP2 over 2 processes (transformers' plan: DistributedConfig(fsdp_size=2)) |" in card
+    classifier = pipeline("image-classification", model=str(tmp_path / "img"))
+    assert {p["label"] for p in classifier(Image.open(tmp_path / "digits" / "7" / "0.png"))} == {"0", "1", "7"}
