@@ -30,6 +30,8 @@ from .workflow_utils import EXAMPLES, TINY_MODEL, free_port, run_example, script
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD_SIZE = 2
+# torchrun on this machine alone, WORLD_SIZE processes
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE))
 COMBINED = ("everything", "classifier-everything", "wide")  # the slow sweep
 SWITCHES = [case for case, (head, _) in CASES.items() if head == "lm" and case not in (*COMBINED, "odd-heads")]
 
@@ -170,7 +172,7 @@ def test_check_parallelism_accepts_what_shards_exactly() -> None:
 
 
 def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
+    command = list(TORCHRUN)
     command += [str(REPO / "benchmarks" / "bench_parallel.py"), "--hidden-size", "128", "--num-hidden-layers", "2"]
     command += ["--vocab-size", "512", "--tokens", "16", "--prompt", "8", "--new-tokens", "4", "--repeats", "2"]
     command += ["--warmup", "1", "--json", str(tmp_path / "parallel.json")]
@@ -188,10 +190,9 @@ def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(
 def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_results(tmp_path: Path) -> None:
     """A user's path: train_causal_lm.py sharded with --fsdp-size 2 under torchrun, then generate.py with the saved
     model in one process and tensor parallel over two: the same text."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
     env = script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1")
     trained = run_example(
-        [*launcher, str(EXAMPLES / "train_causal_lm.py")],
+        [*TORCHRUN, str(EXAMPLES / "train_causal_lm.py")],
         *("--fsdp-size", "2", "--output-dir", "lm", "--max-steps", "2", "--block-size", "32"),
         *("--max-new-tokens", "5", *TINY_MODEL),
         tmp_path=tmp_path,
@@ -203,7 +204,7 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
 
     flags = ["lm", "--prompt", "Return the", "--max-new-tokens", "16"]
     alone = run_example("generate.py", *flags, tmp_path=tmp_path, env=env)
-    generate = [*launcher, str(EXAMPLES / "generate.py")]
+    generate = [*TORCHRUN, str(EXAMPLES / "generate.py")]
     sharded = run_example(generate, *flags, "--tp-size", "2", tmp_path=tmp_path, env=env)
     text = alone.split("parameters in one process\n", 1)[1].splitlines()[0]  # the prompt and what follows
     assert text.startswith("Return the") and len(text) > len("Return the")
@@ -220,9 +221,8 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
 
 def test_a_classifier_script_trains_fully_sharded_and_loads_in_one_process(tmp_path: Path) -> None:
     write_digit_folder(tmp_path / "digits", classes=(0, 1, 7), per_class=12)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE)]
     output = run_example(
-        [*launcher, str(EXAMPLES / "train_image_classifier.py")],
+        [*TORCHRUN, str(EXAMPLES / "train_image_classifier.py")],
         *("--fsdp-size", "2", "--train-dir", "digits", "--image-size", "8", "--patch-size", "4"),
         *("--output-dir", "img", "--num-train-epochs", "2", "--per-device-train-batch-size", "8", *TINY_MODEL),
         tmp_path=tmp_path,
