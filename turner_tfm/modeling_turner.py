@@ -20,9 +20,9 @@ from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.distributed import DistributedConfig
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin
 from transformers.masking_utils import (
     create_bidirectional_mask,
     create_causal_mask,
@@ -377,6 +377,84 @@ class TurnerBlock(GradientCheckpointingLayer):
         return norm(x + self.dropout(sublayer(x)))
 
 
+class TurnerDynamicLayer(DynamicLayer):
+    """A `DynamicCache` layer that appends in place (§4.1's incremental property: earlier keys and values never
+    change, so a new token need not copy them).
+
+    `DynamicLayer` concatenates, copying the whole cache for every new token (O(N^2) copying over a generation, a
+    fresh allocation each step). Here keys and values are views of the first N rows of a buffer that doubles when
+    full, so a token costs one write and total copying stays under twice the final length. Whatever else replaces
+    `keys` (crop, beam reordering, batch selection, offloading) is respected: a prefix of the buffer keeps it, anything
+    else starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
+    """
+
+    min_capacity = 256
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if is_torchdynamo_compiling() or (torch.is_grad_enabled() and key_states.requires_grad):
+            return super().update(key_states, value_states, *args, **kwargs)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        if not self._buffers_hold(length, key_states, value_states):
+            self._new_buffers(length, key_states, value_states)
+        end = length + key_states.shape[-2]
+        self._key_buffer[..., length:end, :] = key_states
+        self._value_buffer[..., length:end, :] = value_states
+        self.keys, self.values = self._key_buffer[..., :end, :], self._value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """The buffers hold the cache as their first `length` rows, with room for the new states."""
+        buffers = getattr(self, "_key_buffer", None), getattr(self, "_value_buffer", None)
+        if buffers[0] is None or length + key_states.shape[-2] > buffers[0].shape[-2]:
+            return False
+        if buffers[0].is_inference() and not torch.is_inference_mode_enabled():
+            return False  # an inference tensor cannot be written outside inference mode
+        return all(
+            _is_prefix(cached, buffer, new)
+            for cached, buffer, new in zip((self.keys, self.values), buffers, (key_states, value_states), strict=True)
+        )
+
+    def _new_buffers(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        capacity = max(2 * (length + key_states.shape[-2]), self.min_capacity)
+        self._key_buffer, self._value_buffer = (
+            new.new_empty((*new.shape[:-2], capacity, new.shape[-1])) for new in (key_states, value_states)
+        )
+        if length:
+            self._key_buffer[..., :length, :] = self.keys
+            self._value_buffer[..., :length, :] = self.values
+
+
+def _is_prefix(cached: torch.Tensor, buffer: torch.Tensor, new: torch.Tensor) -> bool:
+    """`cached` is empty or the buffer's first rows (same storage, start and strides), and `new` fits beside it."""
+    fits = (
+        new.shape[:-2] == buffer.shape[:-2]
+        and new.shape[-1] == buffer.shape[-1]
+        and (new.dtype, new.device) == (buffer.dtype, buffer.device)
+    )
+    if not fits or cached.numel() == 0:
+        return fits
+    return (
+        cached.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        and cached.storage_offset() == buffer.storage_offset()
+        and cached.stride() == buffer.stride()
+        and cached.shape[:-2] == buffer.shape[:-2]
+        and cached.shape[-1] == buffer.shape[-1]
+    )
+
+
+def appending_cache(cache: Cache) -> Cache:
+    """`cache` with its empty `DynamicLayer`s replaced by `TurnerDynamicLayer`s (other layer kinds are kept)."""
+    cache.layers = [
+        TurnerDynamicLayer() if type(layer) is DynamicLayer and not layer.is_initialized else layer
+        for layer in cache.layers
+    ]
+    return cache
+
+
 def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) -> tuple:
     """Under tensor parallelism each rank computes A for its own heads: the attention weights it returns (eager
     attention, `output_attentions=True`) are every head's, gathered from all ranks, as in one process."""
@@ -580,7 +658,7 @@ class TurnerModel(TurnerPreTrainedModel):
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
         if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
-            past_key_values = DynamicCache(config=self.config)
+            past_key_values = appending_cache(DynamicCache(config=self.config))
         past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
         total_length = _host_int(past_seen + inputs_embeds.shape[1])
         if total_length is not None:
@@ -745,6 +823,16 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _prepare_cache_for_generation(
+        self, generation_config: GenerationConfig, model_kwargs: dict, *args, **kwargs
+    ) -> None:
+        """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
+        and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("past_key_values")
+        if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
+            appending_cache(cache)
 
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:

@@ -1,0 +1,142 @@
+"""Turner's dynamic cache layer (`TurnerDynamicLayer`): it appends in place, and behaves as transformers'
+`DynamicLayer` (which concatenates) under every operation generate() and users apply to a cache."""
+
+import copy
+import random
+
+import pytest
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from turner_tfm import TurnerForCausalLM
+from turner_tfm.modeling_turner import TurnerDynamicLayer
+
+from .tiny import random_ids, text_config
+
+PAD = 0
+
+
+def states(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, 2, length, 4, generator=generator) for _ in range(2))
+
+
+def apply(layer: DynamicLayer, operation: str, seed: int) -> None:
+    batch = layer.keys.shape[0] if layer.is_initialized and layer.keys.ndim == 4 else 3
+    if operation == "append":
+        layer.update(*states(batch, 1 + seed % 5, seed))
+    elif operation == "crop":
+        layer.crop(-min(1 + seed % 3, layer.get_seq_length()))
+    elif operation == "reorder":
+        layer.reorder_cache(torch.tensor([(i + seed) % batch for i in range(batch)]))
+    elif operation == "select":
+        layer.batch_select_indices(torch.arange(batch - 1) if batch > 1 else torch.arange(1))
+    elif operation == "repeat":
+        layer.batch_repeat_interleave(2)
+    elif operation == "offload":
+        layer.offload()
+        layer.prefetch()
+
+
+def test_every_sequence_of_cache_operations_leaves_what_concatenation_leaves():
+    rng = random.Random(0)
+    for trial in range(30):
+        ours, reference = TurnerDynamicLayer(), DynamicLayer()
+        for seed in range(trial * 100, trial * 100 + 40):
+            operation = rng.choice(["append"] * 4 + ["crop", "reorder", "select", "repeat", "offload"])
+            if operation != "append" and ours.get_seq_length() == 0:
+                operation = "append"
+            if operation == "repeat" and ours.keys.shape[0] > 6:
+                operation = "select"
+            for layer in (ours, reference):
+                apply(layer, operation, seed)
+            assert ours.get_seq_length() == reference.get_seq_length(), operation
+            assert torch.equal(ours.keys, reference.keys) and torch.equal(ours.values, reference.values), operation
+
+
+def test_appending_writes_in_place_until_the_buffer_is_full_then_doubles():
+    layer = TurnerDynamicLayer()
+    keys, values = layer.update(*states(2, 100, 0))
+    buffers = keys.untyped_storage().data_ptr(), values.untyped_storage().data_ptr()
+    assert layer._key_buffer.shape[-2] == TurnerDynamicLayer.min_capacity
+    for step in range(156):
+        keys, values = layer.update(*states(2, 1, step + 1))
+        in_place = (keys.untyped_storage().data_ptr(), values.untyped_storage().data_ptr()) == buffers
+        assert in_place, f"step {step} copied the cache"
+    keys, _ = layer.update(*states(2, 1, 999))
+    assert keys.untyped_storage().data_ptr() != buffers[0] and layer._key_buffer.shape[-2] == 2 * 257
+    layer.crop(-10)
+    keys, _ = layer.update(*states(2, 3, 1000))
+    assert keys.shape[-2] == 250 and keys.untyped_storage().data_ptr() == layer._key_buffer.untyped_storage().data_ptr()
+
+
+def generate(model: TurnerForCausalLM, ids: torch.Tensor, cache: DynamicCache | None, **kwargs):
+    torch.manual_seed(0)
+    out = model.generate(
+        ids,
+        attention_mask=(ids != PAD).long(),
+        past_key_values=cache,
+        pad_token_id=PAD,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+    return out.sequences, out.past_key_values
+
+
+DECODING = {
+    "greedy past the first buffer": {"max_new_tokens": 300, "do_sample": False},
+    "beam search": {"max_new_tokens": 12, "num_beams": 3, "do_sample": False},
+    "sampling, 2 per prompt": {"max_new_tokens": 12, "do_sample": True, "top_k": 5, "num_return_sequences": 2},
+}
+
+
+@pytest.mark.parametrize("decoding", DECODING)
+def test_generate_uses_the_appending_cache_and_gives_the_concatenating_caches_tokens(decoding):
+    model = TurnerForCausalLM(text_config(max_position_embeddings=512)).eval()
+    ids = random_ids(3, 7, seed=1)
+    ids[0, :2] = PAD  # left padding
+    given = DynamicCache(config=model.config)
+    expected, used = generate(model, ids, given, **DECODING[decoding])
+    tokens, cache = generate(model, ids, None, **DECODING[decoding])
+    assert torch.equal(tokens, expected)
+    assert used is given and all(type(layer) is DynamicLayer for layer in given.layers), "a caller's cache is kept"
+    if cache is not None:  # beam search returns no cache
+        assert all(isinstance(layer, TurnerDynamicLayer) for layer in cache.layers)
+
+
+def test_assisted_decoding_crops_the_appending_cache_and_gives_the_same_tokens():
+    config = text_config()
+    model, assistant = TurnerForCausalLM(config).eval(), TurnerForCausalLM(config).eval()
+    ids = random_ids(1, 6, seed=2)
+    expected, _ = generate(model, ids, DynamicCache(config=config), max_new_tokens=24, do_sample=False)
+    tokens, cache = generate(model, ids, None, max_new_tokens=24, do_sample=False, assistant_model=assistant)
+    assert torch.equal(tokens, expected) and isinstance(cache.layers[0], TurnerDynamicLayer)
+
+
+def test_forward_cache_continues_across_inference_and_no_grad_and_from_a_deep_copy():
+    model = TurnerForCausalLM(text_config()).eval()
+    ids = random_ids(2, 12, seed=3)
+    with torch.no_grad():
+        full = model(ids).logits
+    with torch.inference_mode():
+        prefix = model(ids[:, :8], use_cache=True).past_key_values
+    assert isinstance(prefix.layers[0], TurnerDynamicLayer)
+    for cache in (copy.deepcopy(prefix), prefix):  # the copy first: continuing it must leave the original intact
+        with torch.no_grad():
+            rest = model(ids[:, 8:], past_key_values=cache, use_cache=True).logits
+        torch.testing.assert_close(rest, full[:, 8:], atol=1e-5, rtol=1e-5)
+        assert cache.get_seq_length() == 12
+
+
+def test_gradients_flow_through_cached_steps_as_without_a_cache():
+    model = TurnerForCausalLM(text_config()).eval()
+    ids = random_ids(2, 10, seed=4)
+    model(ids).logits[:, 6:].sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    cache = model(ids[:, :6], use_cache=True).past_key_values
+    steps = [model(ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits for i in range(6, 10)]
+    torch.cat(steps, dim=1).sum().backward()
+    for parameter, grad in zip(model.parameters(), expected, strict=True):
+        torch.testing.assert_close(parameter.grad, grad, atol=1e-5, rtol=1e-4)
