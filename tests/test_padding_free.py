@@ -1,12 +1,13 @@
-"""Padding-free training (`train_causal_lm.py --padding-free`): sequences packed in one row by
-`DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same gradients."""
+"""Padding-free training (`train_causal_lm.py` and `train_text_classifier.py --padding-free`): sequences packed in
+one row by `DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same
+gradients; a classifier gives each packed sequence its own logits."""
 
 import sys
 
 import pytest
 import torch
 
-from turner_tfm import TurnerForCausalLM
+from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .tiny import random_ids, text_config
 from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
@@ -24,7 +25,8 @@ def padding_free():
 
 
 class _PadOnly:
-    """The one thing `DataCollatorForLanguageModeling` asks of a tokenizer here: pad a batch of ids."""
+    """The one thing `DataCollatorForLanguageModeling` and `DataCollatorWithPadding` ask of a tokenizer here: pad a
+    batch of ids (other keys, such as labels, pass through)."""
 
     pad_token_id = 0
     padding_side = "right"
@@ -33,7 +35,8 @@ class _PadOnly:
         width = max(len(f["input_ids"]) for f in features)
         ids = torch.tensor([f["input_ids"] + [0] * (width - len(f["input_ids"])) for f in features])
         mask = torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features])
-        return {"input_ids": ids, "attention_mask": mask}
+        others = {key: torch.tensor([f[key] for f in features]) for key in features[0] if key != "input_ids"}
+        return {"input_ids": ids, "attention_mask": mask, **others}
 
 
 @pytest.mark.parametrize("position_embedding_type", ["learned", "rotary"])
@@ -77,3 +80,85 @@ def test_the_script_trains_padding_free(tmp_path):
     assert losses[-1] < losses[0] - 0.5, losses
     assert printed_number(output, "held-out loss") < losses[0]
     assert (tmp_path / "lm" / "model.safetensors").is_file()
+
+
+CLASSIFIER_SEQUENCES = [random_ids(1, length, seed=length)[0].tolist() for length in (6, 11, 3, 8)]
+# every pooling each mask allows (the causal mask refuses 'cls'), and BERT's pooler on 'cls'
+CLASSIFIERS = [
+    {"is_causal": True, "classifier_pooling": "last"},
+    {"is_causal": True, "classifier_pooling": "mean"},
+    {"is_causal": False, "classifier_pooling": "cls"},
+    {"is_causal": False, "classifier_pooling": "mean"},
+    {"is_causal": False, "classifier_pooling": "last"},
+    {"is_causal": False, "classifier_pooling": "cls", "use_pooler": True},
+]
+
+
+def packed_and_padded(padding_free, labels):
+    features = [{"input_ids": ids, "label": label} for ids, label in zip(CLASSIFIER_SEQUENCES, labels, strict=True)]
+    return [padding_free.classification_collator(packed, _PadOnly())(features) for packed in (True, False)]
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("overrides", CLASSIFIERS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_a_packed_row_classifies_each_sequence_as_if_alone(padding_free, overrides, implementation):
+    packed, padded = packed_and_padded(padding_free, [2, 0, 1, 2])
+    torch.manual_seed(0)
+    config = text_config(num_labels=3, attn_implementation=implementation, **overrides)
+    model = TurnerForSequenceClassification(config).eval()
+    with torch.no_grad():
+        output = model(**packed)
+        alone = torch.cat([model(torch.tensor([ids])).logits for ids in CLASSIFIER_SEQUENCES])
+        padded_output = model(**padded)
+    assert output.logits.shape == (4, 3)
+    torch.testing.assert_close(output.logits, alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(output.loss, padded_output.loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "labels"),
+    [
+        ({"num_labels": 1}, [0.5, -1.0, 2.0, 0.0]),  # regression
+        ({"num_labels": 2, "problem_type": "multi_label_classification"}, [[1.0, 0.0], [1.0, 1.0], [0, 0], [0, 1]]),
+    ],
+    ids=["regression", "multi-label"],
+)
+def test_a_packed_row_of_float_labels_has_the_padded_loss_and_gradients(padding_free, overrides, labels):
+    packed, padded = packed_and_padded(padding_free, labels)
+    assert packed["labels"].dtype == torch.float32 and len(packed["labels"]) == 4
+    torch.manual_seed(0)
+    model = TurnerForSequenceClassification(text_config(is_causal=False, **overrides))
+    losses, gradients = [], []
+    for batch in (packed, padded):
+        model.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
+
+
+def test_the_classification_collator_keeps_one_label_per_sequence(padding_free):
+    features = [
+        {"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "label": 1},
+        {"input_ids": [8, 9], "attention_mask": [1, 1], "label": 0},
+    ]
+    batch = padding_free.classification_collator(True, None)(features)
+    assert set(batch) == {"input_ids", "position_ids", "labels"}
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.long
+    unlabelled = padding_free.classification_collator(True, None)([{"input_ids": [5, 6]}, {"input_ids": [7]}])
+    assert set(unlabelled) == {"input_ids", "position_ids"}
+
+
+def test_a_packed_classifier_batch_that_is_not_one_row_or_mislabelled_is_refused(padding_free):
+    packed, _ = packed_and_padded(padding_free, [2, 0, 1, 2])
+    model = TurnerForSequenceClassification(text_config(num_labels=3))
+    two_rows = {key: packed[key].repeat(2, 1) for key in ("input_ids", "position_ids")}
+    with pytest.raises(ValueError, match=r"`position_ids` of shape \(2, 28\) for a batch of 2.*one row \(batch 1\)"):
+        model(**two_rows)
+    with pytest.raises(ValueError, match=r"`position_ids` of shape \(1, 28\) for a batch of 2"):
+        model(input_ids=two_rows["input_ids"], position_ids=packed["position_ids"])
+    with pytest.raises(ValueError, match=r"`labels` of shape \(3,\).*expects 4 integer class ids"):
+        model(**{**packed, "labels": packed["labels"][:3]})
