@@ -6,11 +6,13 @@ import sys
 
 import pytest
 import torch
+from transformers import AutoModelForSequenceClassification, pipeline
 
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
+from .test_parallel import TORCHRUN
 from .tiny import random_ids, text_config
-from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
+from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, script_env, training_losses
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +164,38 @@ def test_a_packed_classifier_batch_that_is_not_one_row_or_mislabelled_is_refused
         model(input_ids=two_rows["input_ids"], position_ids=packed["position_ids"])
     with pytest.raises(ValueError, match=r"`labels` of shape \(3,\).*expects 4 integer class ids"):
         model(**{**packed, "labels": packed["labels"][:3]})
+
+
+def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(padding_free, tmp_path):
+    """The settings of the padded run in test_workflows_classifiers.py, with the same accuracy bar."""
+    output = run_example(
+        "train_text_classifier.py",
+        *("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5"),
+        *("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL),
+        tmp_path=tmp_path,
+    )
+    assert printed_number(output, "test accuracy:") >= 0.75, output[-3000:]
+    losses = training_losses(output)
+    assert losses[-1] < losses[0]
+    classifier = pipeline("text-classification", model=str(tmp_path / "cp"))
+    assert classifier("for key, value in items.items():")[0]["label"] in {"code", "prose"}
+
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "cp").eval()
+    texts = ["x = 1", "Return the sum of the values.", "def f(a, b):"]
+    ids = [classifier.tokenizer(text)["input_ids"] for text in texts]
+    row = padding_free.classification_collator(True, None)([{"input_ids": i} for i in ids])
+    with torch.no_grad():
+        alone = torch.cat([model(torch.tensor([i])).logits for i in ids])
+        torch.testing.assert_close(model(**row).logits, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_the_text_classifier_trains_padding_free_and_fully_sharded(tmp_path):
+    output = run_example(
+        [*TORCHRUN, str(EXAMPLES / "train_text_classifier.py")],
+        *("--padding-free", "--fsdp-size", "2", "--examples-per-class", "40", "--num-train-epochs", "1"),
+        *("--output-dir", "cp", "--per-device-train-batch-size", "8", "--max-length", "48", *TINY_MODEL),
+        tmp_path=tmp_path,
+        env=script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1"),
+    )
+    assert printed_number(output, "test accuracy:") > 0 and output.count("pipeline('text-classification'):") == 1
+    assert "FSDP2 over 2 processes" in (tmp_path / "cp" / "README.md").read_text()
