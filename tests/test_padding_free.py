@@ -41,6 +41,18 @@ class _PadOnly:
         return {"input_ids": ids, "attention_mask": mask, **others}
 
 
+def assert_same_loss_and_gradients(model: torch.nn.Module, packed: dict, padded: dict) -> None:
+    losses, gradients = [], []
+    for batch in (packed, padded):
+        model.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("position_embedding_type", ["learned", "rotary"])
 def test_a_packed_batch_trains_exactly_like_the_padded_batch(padding_free, position_embedding_type):
     sequences = [{"input_ids": random_ids(1, length, seed=length)[0].tolist()} for length in (7, 3, 12, 5)]
@@ -51,15 +63,7 @@ def test_a_packed_batch_trains_exactly_like_the_padded_batch(padding_free, posit
 
     torch.manual_seed(0)
     model = TurnerForCausalLM(text_config(position_embedding_type=position_embedding_type))
-    losses, gradients = [], []
-    for batch in (packed, padded):
-        model.zero_grad()
-        loss = model(**batch).loss
-        loss.backward()
-        losses.append(loss.detach())
-        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
+    assert_same_loss_and_gradients(model, packed, padded)
 
 
 def test_paragraphs_become_sequences_of_at_most_the_block_size(padding_free):
@@ -130,15 +134,7 @@ def test_a_packed_row_of_float_labels_has_the_padded_loss_and_gradients(padding_
     assert packed["labels"].dtype == torch.float32 and len(packed["labels"]) == 4
     torch.manual_seed(0)
     model = TurnerForSequenceClassification(text_config(is_causal=False, **overrides))
-    losses, gradients = [], []
-    for batch in (packed, padded):
-        model.zero_grad()
-        loss = model(**batch).loss
-        loss.backward()
-        losses.append(loss.detach())
-        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
-    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
+    assert_same_loss_and_gradients(model, packed, padded)
 
 
 def test_the_classification_collator_keeps_one_label_per_sequence(padding_free):
