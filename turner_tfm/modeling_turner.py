@@ -851,8 +851,8 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
     of the entire sequence by pooling across the whole representation").
 
     A packed row (`DataCollatorWithFlattening`: `input_ids` of shape `(1, total)`, `position_ids` restarting at 0 at
-    each sequence, no attention mask) is classified sequence by sequence: logits `(num_sequences, num_labels)`, and
-    `labels` one per sequence, as for a padded batch of the same sequences.
+    each sequence, no attention mask, no padding token) is classified sequence by sequence: logits `(num_sequences,
+    num_labels)`, and `labels` one per sequence, as for a padded batch of the same sequences.
     """
 
     def __init__(self, config: TurnerConfig):
@@ -875,10 +875,11 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
         labels (`torch.LongTensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*):
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
         """
+        pad_token_id = self.config.pad_token_id
+        if attention_mask is None and input_ids is not None and pad_token_id is not None:
+            padding = input_ids == pad_token_id  # positions with neither a mask nor padding may be a packed row
+            attention_mask = (~padding).long() if position_ids is None or bool(padding.any()) else None
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
-        pad_token_id = self.config.pad_token_id  # padding, except in a packed row, which has none
-        if attention_mask is None and sequence_index is None and input_ids is not None and pad_token_id is not None:
-            attention_mask = (input_ids != pad_token_id).long()
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
