@@ -873,7 +873,8 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
     ) -> SequenceClassifierOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*):
-            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
+            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label);
+            for a packed row, `batch` is its number of sequences.
         """
         pad_token_id = self.config.pad_token_id
         if attention_mask is None and input_ids is not None and pad_token_id is not None:
