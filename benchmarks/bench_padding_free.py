@@ -1,12 +1,17 @@
 """Padding-free training against padded batches of the same sequences: training tokens per second.
 
-The data is what `train_causal_lm.py --padding-free` trains on by default: the paragraphs of the standard-library
-docstrings, character-level, cut at --block-size. The same batches of --batch-size sequences are collated two ways,
-as one packed row (`DataCollatorWithFlattening`, `position_ids` restarting per sequence, no mask) and padded to the
-longest sequence (`DataCollatorForLanguageModeling`, attention mask, padding ignored by the loss). One training step
-(forward, backward, AdamW) per timed call, the two in rotation; tokens/s counts real tokens only, the same for both.
+The data is what the scripts train on by default with `--padding-free`, character-level, cut at --block-size:
+`--task causal-lm`, the paragraphs of the standard-library docstrings (`train_causal_lm.py`); `--task
+text-classification`, the built-in code-or-prose lines and their labels (`train_text_classifier.py`), on the script's
+model shape unless the shape flags say otherwise. The same batches of --batch-size sequences are collated two ways,
+as one packed row (`DataCollatorWithFlattening`, `position_ids` restarting per sequence, no mask; one label per
+sequence for the classifier) and padded to the longest sequence (attention mask, padding ignored by the loss). One
+training step (forward, backward, AdamW) per timed call, the two in rotation; tokens/s counts real tokens only, the
+same for both.
 
     python benchmarks/bench_padding_free.py --threads 1 --json results/padding_free.json
+    python benchmarks/bench_padding_free.py --task text-classification --threads 1 \
+        --json results/2026-11-22/padding_free_text_classification.json
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Dataset
+from transformers import PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -36,23 +43,62 @@ from benchutils import (
     write_json,
 )
 
-from turner_tfm import TurnerConfig, TurnerForCausalLM
+from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification
+
+# each task's script defaults: model shape and --per-device-train-batch-size
+TASK_DEFAULTS = {
+    "causal-lm": {"layers": 4, "heads": 4, "features": 128, "batch_size": 16},
+    "text-classification": {"layers": 2, "heads": 4, "features": 64, "batch_size": 32},
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=tuple(TASK_DEFAULTS), default="causal-lm", help="whose data and model")
     parser.add_argument("--block-size", type=int, default=128, help="longest sequence, in characters")
-    parser.add_argument("--batch-size", type=int, default=16, help="sequences per batch")
+    parser.add_argument("--batch-size", type=int, help="sequences per batch (default: the task's script's)")
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled through")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--heads", type=int)
+    parser.add_argument("--features", type=int)
     parser.add_argument("--attn-implementation", default="sdpa")
     add_run_arguments(parser, repeats=24, warmup=2)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name, default in TASK_DEFAULTS[args.task].items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
 
 
-def step(model: TurnerForCausalLM, optimizer: torch.optim.Optimizer, batches: itertools.cycle):
+def causal_lm_data(args: argparse.Namespace) -> tuple[PreTrainedTokenizerFast, Dataset]:
+    """The paragraphs `train_causal_lm.py --padding-free` trains on."""
+    text = _common.stdlib_docstrings()
+    tokenizer = _common.char_tokenizer([text], model_max_length=args.block_size)
+    return tokenizer, _padding_free.paragraph_sequences(tokenizer, text, args.block_size, "training")
+
+
+def text_classification_data(args: argparse.Namespace) -> tuple[PreTrainedTokenizerFast, Dataset]:
+    """The lines and labels `train_text_classifier.py` trains on by default (1000 per class), cut like its texts."""
+    texts, labels = _common.code_or_prose(1000, args.seed)
+    tokenizer = _common.char_tokenizer(texts, model_max_length=args.block_size)
+    ids = tokenizer(texts, truncation=True, max_length=args.block_size)["input_ids"]
+    names = sorted(set(labels))
+    return tokenizer, Dataset.from_dict({"input_ids": ids, "label": [names.index(label) for label in labels]})
+
+
+# task -> (its data, its collator for packed or padded batches, its model, what its config adds)
+TASKS = {
+    "causal-lm": (causal_lm_data, _padding_free.collator, TurnerForCausalLM, {}),
+    "text-classification": (
+        text_classification_data,
+        _padding_free.classification_collator,
+        TurnerForSequenceClassification,
+        {"is_causal": False, "num_labels": 2},
+    ),
+}
+
+
+def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: itertools.cycle):
     def run() -> None:
         optimizer.zero_grad(set_to_none=True)
         model(**next(batches)).loss.backward()
@@ -64,12 +110,12 @@ def step(model: TurnerForCausalLM, optimizer: torch.optim.Optimizer, batches: it
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     env = start_run(args.threads)
-    text = _common.stdlib_docstrings()
-    tokenizer = _common.char_tokenizer([text], model_max_length=args.block_size)
-    sequences = _padding_free.paragraph_sequences(tokenizer, text, args.block_size, "training").shuffle(seed=args.seed)
+    data, collator, model_class, task_config = TASKS[args.task]
+    tokenizer, sequences = data(args)
+    sequences = sequences.shuffle(seed=args.seed)
     chunks = [sequences.select(range(i * args.batch_size, (i + 1) * args.batch_size)) for i in range(args.batches)]
     batches = {
-        name: [_padding_free.collator(packed, tokenizer)(list(chunk)) for chunk in chunks]
+        name: [collator(packed, tokenizer)(list(chunk)) for chunk in chunks]
         for name, packed in (("padding-free", True), ("padded", False))
     }
     real_tokens = sum(len(ids) for chunk in chunks for ids in chunk["input_ids"]) / args.batches
@@ -83,11 +129,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         max_position_embeddings=args.block_size,
         pad_token_id=tokenizer.pad_token_id,
         attn_implementation=args.attn_implementation,
+        **task_config,
     )
     steps = {}
     for name in batches:
         torch.manual_seed(args.seed)
-        model = TurnerForCausalLM(config).train()
+        model = model_class(config).train()
         steps[name] = step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), itertools.cycle(batches[name]))
     times = interleaved(steps, args.repeats, args.warmup)
     finish_run(env)
@@ -99,9 +146,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     print(environment_markdown(env))
     print(
-        f"L{args.layers} H{args.heads} D{args.features}, {args.attn_implementation}, batch {args.batch_size} "
-        f"sequences of at most {args.block_size}: {real_tokens:.0f} real tokens per batch, padded to "
-        f"{padded_tokens:.0f} ({100 * (1 - real_tokens / padded_tokens):.0f}% padding)\n"
+        f"{args.task}, L{args.layers} H{args.heads} D{args.features}, {args.attn_implementation}, "
+        f"batch {args.batch_size} sequences of at most {args.block_size}: {real_tokens:.0f} real tokens per batch, "
+        f"padded to {padded_tokens:.0f} ({100 * (1 - real_tokens / padded_tokens):.0f}% padding)\n"
     )
     print(markdown_table(["batches", "training tokens/s (real tokens)", "step"], rows))
     print(f"\npadding-free vs padded: {fmt_ratio(speedup['median'])} [{speedup['q1']:.2f}-{speedup['q3']:.2f}]")

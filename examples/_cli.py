@@ -324,6 +324,15 @@ def check_model_path(parser: argparse.ArgumentParser, flag: str, path: str | Non
         )
 
 
+def add_padding_free_argument(parser: argparse.ArgumentParser, sequences: str) -> None:
+    """--padding-free: each batch's `sequences` packed end to end in one row (`_padding_free`), no padding."""
+    parser.add_argument(
+        "--padding-free",
+        action="store_true",
+        help=f"train on {sequences} packed in one row per batch (DataCollatorWithFlattening), without padding",
+    )
+
+
 def add_text_data_arguments(parser: argparse.ArgumentParser, default: str) -> None:
     """Where a language model's text comes from: a file, a `datasets` dataset, or the built-in `default` corpus."""
     group = parser.add_argument_group(f"text data (default: {default})")

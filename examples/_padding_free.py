@@ -1,8 +1,11 @@
-"""Padding-free training for the causal-LM scripts (`--padding-free`): each paragraph of the text is one sequence,
-and a batch is those sequences packed end to end in one row by `DataCollatorWithFlattening`, with `position_ids`
-restarting at every sequence and no attention mask. The model reads the sequence boundaries from the positions, so
-no token attends across them and no compute is spent on padding. The same sequences padded to the longest in each
-batch (`DataCollatorForLanguageModeling`) are the comparison `benchmarks/bench_padding_free.py` measures.
+"""Padding-free training (`--padding-free`): a batch is its sequences packed end to end in one row by
+`DataCollatorWithFlattening`, with `position_ids` restarting at every sequence and no attention mask. The model reads
+the sequence boundaries from the positions, so no token attends across them and no compute is spent on padding.
+
+For the causal-LM scripts each paragraph of the text is one sequence; for the text classifier each text is one, with
+one label per sequence (`ClassificationFlattening`) and logits per sequence from `TurnerForSequenceClassification`.
+The same sequences padded to the longest in each batch are the comparison `benchmarks/bench_padding_free.py`
+measures.
 """
 
 from _cli import UsageError
@@ -10,8 +13,12 @@ from datasets import Dataset
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorWithFlattening,
+    DataCollatorWithPadding,
     PreTrainedTokenizerFast,
+    default_data_collator,
 )
+
+LABEL_KEYS = ("label", "labels")
 
 
 def paragraph_sequences(tokenizer: PreTrainedTokenizerFast, text: str, block_size: int, what: str) -> Dataset:
@@ -31,3 +38,19 @@ def collator(padding_free: bool, tokenizer: PreTrainedTokenizerFast):
     if padding_free:
         return DataCollatorWithFlattening()
     return DataCollatorForLanguageModeling(tokenizer, mlm=False)
+
+
+class ClassificationFlattening(DataCollatorWithFlattening):
+    """`DataCollatorWithFlattening` for a classifier: `input_ids` and `position_ids` packed in one row, and one label
+    per sequence (integer class ids, or floats for regression and multi-label) instead of one per token."""
+
+    def __call__(self, features: list[dict], return_tensors: str | None = None) -> dict:
+        batch = super().__call__([{"input_ids": feature["input_ids"]} for feature in features], return_tensors)
+        del batch["labels"]  # the next token at each position: a language model's labels
+        labels = [{key: feature[key] for key in LABEL_KEYS if key in feature} for feature in features]
+        return batch | default_data_collator(labels, return_tensors or self.return_tensors)
+
+
+def classification_collator(padding_free: bool, tokenizer: PreTrainedTokenizerFast):
+    """One packed row with a label per sequence (`padding_free`), or the texts padded to the longest."""
+    return ClassificationFlattening() if padding_free else DataCollatorWithPadding(tokenizer)

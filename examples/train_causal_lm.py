@@ -15,6 +15,7 @@ import sys
 from _cli import (
     UsageError,
     add_model_arguments,
+    add_padding_free_argument,
     add_parallel_arguments,
     add_sample_arguments,
     add_text_data_arguments,
@@ -39,11 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-name-or-path", default=None, help="continue training this saved Turner model (and its tokenizer)"
     )
-    parser.add_argument(
-        "--padding-free",
-        action="store_true",
-        help="train on paragraphs packed in one row per batch (DataCollatorWithFlattening), not on fixed blocks",
-    )
+    add_padding_free_argument(parser, "paragraphs, not fixed blocks,")
     add_sample_arguments(parser, prompt="Return the")
     return parser
 

@@ -8,6 +8,7 @@ trains `TurnerForSequenceClassification` with the `Trainer`, reports accuracy on
     python examples/train_text_classifier.py
     python examples/train_text_classifier.py --train-file reviews.csv --text-column review --label-column stars
     python examples/train_text_classifier.py --model-name-or-path ./turner-quickstart   # start from the LM
+    python examples/train_text_classifier.py --padding-free   # each batch's texts packed in one row, no padding
 """
 
 import argparse
@@ -17,6 +18,7 @@ from _cli import (
     UsageError,
     add_classification_data_arguments,
     add_model_arguments,
+    add_padding_free_argument,
     add_parallel_arguments,
     add_training_arguments,
     existing_file,
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-name-or-path", default=None, help="start from this saved Turner model and its tokenizer"
     )
     add_model_arguments(parser, task="text-classification", hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    add_padding_free_argument(parser, "the texts")
     return parser
 
 
@@ -97,7 +100,8 @@ def read_table(args: argparse.Namespace, path: object, flag: str) -> tuple[list[
 def run(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import _common
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+    import _padding_free
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from turner_tfm import TurnerForSequenceClassification
 
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
         train.map(tokenize, batched=True),
         test.map(tokenize, batched=True),
         tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=_padding_free.classification_collator(args.padding_free, tokenizer),
         task="text-classification",
         examples=test["text"][:4],
         dataset_name=dataset_name,

@@ -126,8 +126,9 @@ def test_shakespeare_char(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert [h["step"] for h in payload["log_history"]] == [1, 2, 3]
 
 
-def test_padding_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["--layers", "1", "--heads", "2", "--features", "16", "--batch-size", "3", "--batches", "2"]
+@pytest.mark.parametrize("task", ["causal-lm", "text-classification"])
+def test_padding_free(task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--task", task, "--layers", "1", "--heads", "2", "--features", "16", "--batch-size", "3", "--batches", "2"]
     payload = run_script("bench_padding_free.py", [*args, "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch)
     assert payload["benchmark"] == "padding_free"
     check_times(payload["times"], {"padding-free", "padded"}, 2)

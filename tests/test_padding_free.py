@@ -1,15 +1,18 @@
-"""Padding-free training (`train_causal_lm.py --padding-free`): sequences packed in one row by
-`DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same gradients."""
+"""Padding-free training (`train_causal_lm.py` and `train_text_classifier.py --padding-free`): sequences packed in
+one row by `DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same
+gradients; a classifier gives each packed sequence its own logits."""
 
 import sys
 
 import pytest
 import torch
+from transformers import AutoModelForSequenceClassification, pipeline
 
-from turner_tfm import TurnerForCausalLM
+from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
+from .test_parallel import TORCHRUN
 from .tiny import random_ids, text_config
-from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
+from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, script_env, training_losses
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,8 @@ def padding_free():
 
 
 class _PadOnly:
-    """The one thing `DataCollatorForLanguageModeling` asks of a tokenizer here: pad a batch of ids."""
+    """The one thing `DataCollatorForLanguageModeling` and `DataCollatorWithPadding` ask of a tokenizer here: pad a
+    batch of ids (other keys, such as labels, pass through)."""
 
     pad_token_id = 0
     padding_side = "right"
@@ -33,7 +37,20 @@ class _PadOnly:
         width = max(len(f["input_ids"]) for f in features)
         ids = torch.tensor([f["input_ids"] + [0] * (width - len(f["input_ids"])) for f in features])
         mask = torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features])
-        return {"input_ids": ids, "attention_mask": mask}
+        others = {key: torch.tensor([f[key] for f in features]) for key in features[0] if key != "input_ids"}
+        return {"input_ids": ids, "attention_mask": mask, **others}
+
+
+def assert_same_loss_and_gradients(model: torch.nn.Module, packed: dict, padded: dict) -> None:
+    losses, gradients = [], []
+    for batch in (packed, padded):
+        model.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("position_embedding_type", ["learned", "rotary"])
@@ -46,15 +63,7 @@ def test_a_packed_batch_trains_exactly_like_the_padded_batch(padding_free, posit
 
     torch.manual_seed(0)
     model = TurnerForCausalLM(text_config(position_embedding_type=position_embedding_type))
-    losses, gradients = [], []
-    for batch in (packed, padded):
-        model.zero_grad()
-        loss = model(**batch).loss
-        loss.backward()
-        losses.append(loss.detach())
-        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(gradients[0], gradients[1], atol=1e-5, rtol=1e-4)
+    assert_same_loss_and_gradients(model, packed, padded)
 
 
 def test_paragraphs_become_sequences_of_at_most_the_block_size(padding_free):
@@ -77,3 +86,112 @@ def test_the_script_trains_padding_free(tmp_path):
     assert losses[-1] < losses[0] - 0.5, losses
     assert printed_number(output, "held-out loss") < losses[0]
     assert (tmp_path / "lm" / "model.safetensors").is_file()
+
+
+CLASSIFIER_SEQUENCES = [random_ids(1, length, seed=length)[0].tolist() for length in (6, 11, 3, 8)]
+# every pooling each mask allows (the causal mask refuses 'cls'), and BERT's pooler on 'cls'
+CLASSIFIERS = [
+    {"is_causal": True, "classifier_pooling": "last"},
+    {"is_causal": True, "classifier_pooling": "mean"},
+    {"is_causal": False, "classifier_pooling": "cls"},
+    {"is_causal": False, "classifier_pooling": "mean"},
+    {"is_causal": False, "classifier_pooling": "last"},
+    {"is_causal": False, "classifier_pooling": "cls", "use_pooler": True},
+]
+
+
+def packed_and_padded(padding_free, labels):
+    features = [{"input_ids": ids, "label": label} for ids, label in zip(CLASSIFIER_SEQUENCES, labels, strict=True)]
+    return [padding_free.classification_collator(packed, _PadOnly())(features) for packed in (True, False)]
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("overrides", CLASSIFIERS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_a_packed_row_classifies_each_sequence_as_if_alone(padding_free, overrides, implementation):
+    packed, padded = packed_and_padded(padding_free, [2, 0, 1, 2])
+    torch.manual_seed(0)
+    config = text_config(num_labels=3, attn_implementation=implementation, **overrides)
+    model = TurnerForSequenceClassification(config).eval()
+    with torch.no_grad():
+        output = model(**packed)
+        alone = torch.cat([model(torch.tensor([ids])).logits for ids in CLASSIFIER_SEQUENCES])
+        padded_output = model(**padded)
+    assert output.logits.shape == (4, 3)
+    torch.testing.assert_close(output.logits, alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(output.loss, padded_output.loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "labels"),
+    [
+        ({"num_labels": 1}, [0.5, -1.0, 2.0, 0.0]),  # regression
+        ({"num_labels": 2, "problem_type": "multi_label_classification"}, [[1.0, 0.0], [1.0, 1.0], [0, 0], [0, 1]]),
+    ],
+    ids=["regression", "multi-label"],
+)
+def test_a_packed_row_of_float_labels_has_the_padded_loss_and_gradients(padding_free, overrides, labels):
+    packed, padded = packed_and_padded(padding_free, labels)
+    assert packed["labels"].dtype == torch.float32 and len(packed["labels"]) == 4
+    torch.manual_seed(0)
+    model = TurnerForSequenceClassification(text_config(is_causal=False, **overrides))
+    assert_same_loss_and_gradients(model, packed, padded)
+
+
+def test_the_classification_collator_keeps_one_label_per_sequence(padding_free):
+    features = [
+        {"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "label": 1},
+        {"input_ids": [8, 9], "attention_mask": [1, 1], "label": 0},
+    ]
+    batch = padding_free.classification_collator(True, None)(features)
+    assert set(batch) == {"input_ids", "position_ids", "labels"}
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.long
+    unlabelled = padding_free.classification_collator(True, None)([{"input_ids": [5, 6]}, {"input_ids": [7]}])
+    assert set(unlabelled) == {"input_ids", "position_ids"}
+
+
+def test_a_packed_classifier_batch_that_is_not_one_row_or_mislabelled_is_refused(padding_free):
+    packed, _ = packed_and_padded(padding_free, [2, 0, 1, 2])
+    model = TurnerForSequenceClassification(text_config(num_labels=3))
+    two_rows = {key: packed[key].repeat(2, 1) for key in ("input_ids", "position_ids")}
+    with pytest.raises(ValueError, match=r"`position_ids` of shape \(2, 28\) for a batch of 2.*one row \(batch 1\)"):
+        model(**two_rows)
+    with pytest.raises(ValueError, match=r"`position_ids` of shape \(1, 28\) for a batch of 2"):
+        model(input_ids=two_rows["input_ids"], position_ids=packed["position_ids"])
+    with pytest.raises(ValueError, match=r"`labels` of shape \(3,\).*expects 4 integer class ids"):
+        model(**{**packed, "labels": packed["labels"][:3]})
+
+
+def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(padding_free, tmp_path):
+    """The settings of the padded run in test_workflows_classifiers.py, with the same accuracy bar."""
+    output = run_example(
+        "train_text_classifier.py",
+        *("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5"),
+        *("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL),
+        tmp_path=tmp_path,
+    )
+    assert printed_number(output, "test accuracy:") >= 0.75, output[-3000:]
+    losses = training_losses(output)
+    assert losses[-1] < losses[0]
+    classifier = pipeline("text-classification", model=str(tmp_path / "cp"))
+    assert classifier("for key, value in items.items():")[0]["label"] in {"code", "prose"}
+
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "cp").eval()
+    texts = ["x = 1", "Return the sum of the values.", "def f(a, b):"]
+    ids = [classifier.tokenizer(text)["input_ids"] for text in texts]
+    row = padding_free.classification_collator(True, None)([{"input_ids": i} for i in ids])
+    with torch.no_grad():
+        alone = torch.cat([model(torch.tensor([i])).logits for i in ids])
+        torch.testing.assert_close(model(**row).logits, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_the_text_classifier_trains_padding_free_and_fully_sharded(tmp_path):
+    output = run_example(
+        [*TORCHRUN, str(EXAMPLES / "train_text_classifier.py")],
+        *("--padding-free", "--fsdp-size", "2", "--examples-per-class", "40", "--num-train-epochs", "1"),
+        *("--output-dir", "cp", "--per-device-train-batch-size", "8", "--max-length", "48", *TINY_MODEL),
+        tmp_path=tmp_path,
+        env=script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1"),
+    )
+    assert printed_number(output, "test accuracy:") > 0 and output.count("pipeline('text-classification'):") == 1
+    assert "FSDP2 over 2 processes" in (tmp_path / "cp" / "README.md").read_text()

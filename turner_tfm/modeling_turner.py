@@ -865,6 +865,41 @@ def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_real]
 
 
+def pool_packed_sequences(hidden_states: torch.Tensor, sequence_index: torch.Tensor, pooling: str) -> torch.Tensor:
+    """`pool_hidden_states` for a packed row (`hidden_states` of shape `(1, total, D)`): one vector per sequence, each
+    pooled from its own tokens alone. `sequence_index` `(1, total)` numbers the sequence of each token, as transformers'
+    `find_packed_sequence_indices` reads it from positions that restart at every sequence."""
+    tokens, index = hidden_states[0], sequence_index[0]
+    members = index == torch.arange(int(index[-1]) + 1, device=index.device).unsqueeze(1)  # (sequences, total)
+    if pooling == "mean":
+        weights = members.to(tokens.dtype)
+        return weights @ tokens / weights.sum(dim=1, keepdim=True)
+    first = members.to(torch.long).argmax(dim=1)
+    return tokens[first] if pooling == "cls" else tokens[first + members.sum(dim=1) - 1]
+
+
+def packed_sequence_index(
+    position_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """The sequence of each token when the input is a packed row (`DataCollatorWithFlattening`: one row, positions
+    restarting at every sequence, no attention mask), else None."""
+    inputs = input_ids if input_ids is not None else inputs_embeds
+    if position_ids is None or attention_mask is not None or inputs is None:
+        return None
+    sequence_index = find_packed_sequence_indices(position_ids.reshape(-1, position_ids.shape[-1]))
+    batch_size = inputs.shape[0]
+    if sequence_index is not None and batch_size * sequence_index.shape[0] != 1:
+        raise _invalid_input(
+            "position_ids",
+            f"{_shape(position_ids)} for a batch of {batch_size}, restarting inside a row,",
+            "a packed batch is one row (batch 1) of sequences end to end; pad several rows and pass an attention_mask",
+        )
+    return sequence_index
+
+
 class _TurnerClassifierMixin:
     """What the two classifiers share: a backbone, pooling (`config.classifier_pooling`), a linear head, the loss."""
 
@@ -876,9 +911,17 @@ class _TurnerClassifierMixin:
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def _classify(
-        self, outputs: BaseModelOutputWithPoolingAndCrossAttentions, attention_mask: torch.Tensor | None
+        self,
+        outputs: BaseModelOutputWithPoolingAndCrossAttentions,
+        attention_mask: torch.Tensor | None,
+        sequence_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if outputs.pooler_output is not None:
+        """Logits for each sequence: each row's, or each of a packed row's sequences (`sequence_index`)."""
+        if sequence_index is not None:
+            pooled = pool_packed_sequences(outputs.last_hidden_state, sequence_index, self.config.classifier_pooling)
+            if self.model.pooler is not None:  # the pooler reads the first token of each row: one row per sequence
+                pooled = self.model.pooler(pooled.unsqueeze(1))
+        elif outputs.pooler_output is not None:
             pooled = outputs.pooler_output
         else:
             pooled = pool_hidden_states(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
@@ -893,7 +936,12 @@ class _TurnerClassifierMixin:
 
 class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
     """Sequence classification or regression on a pooled representation of X^(M) (§1.2: "global classification
-    of the entire sequence by pooling across the whole representation")."""
+    of the entire sequence by pooling across the whole representation").
+
+    A packed row (`DataCollatorWithFlattening`: `input_ids` of shape `(1, total)`, `position_ids` restarting at 0 at
+    each sequence, no attention mask, no padding token) is classified sequence by sequence: logits `(num_sequences,
+    num_labels)`, and `labels` one per sequence, as for a padded batch of the same sequences.
+    """
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
@@ -913,10 +961,14 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
     ) -> SequenceClassifierOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*):
-            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
+            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label);
+            for a packed row, `batch` is its number of sequences.
         """
-        if attention_mask is None and input_ids is not None and self.config.pad_token_id is not None:
-            attention_mask = (input_ids != self.config.pad_token_id).long()
+        pad_token_id = self.config.pad_token_id
+        if attention_mask is None and input_ids is not None and pad_token_id is not None:
+            padding = input_ids == pad_token_id  # positions with neither a mask nor padding may be a packed row
+            attention_mask = (~padding).long() if position_ids is None or bool(padding.any()) else None
+        sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -926,7 +978,7 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             use_cache=False,
             **kwargs,
         )
-        logits = self._classify(outputs, attention_mask)
+        logits = self._classify(outputs, attention_mask, sequence_index)
         return SequenceClassifierOutputWithPast(
             loss=self._classification_loss(logits, labels),
             logits=logits,
