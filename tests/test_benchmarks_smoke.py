@@ -78,7 +78,8 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     for result in payload["results"]:
         assert "error" not in result, result.get("error")
-        names = {"turner", "gpt2", "minimal"} if result["mode"] == "dynamic" else {"turner", "gpt2", "turner_dynamic"}
+        dynamic = result["mode"] == "dynamic"
+        names = {"turner", "gpt2", "minimal", "turner_concat"} if dynamic else {"turner", "gpt2", "turner_dynamic"}
         check_times(result["times"], names, 2)
         check_load(result)
         assert set(result["tokens_per_second"]) == names
