@@ -313,19 +313,19 @@ def test_image_classifier_reads_the_class_token():
     assert outputs.hidden_states[0].shape == (2, 16 + 1, 32)  # the class token at n = 0, then N patches
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "last", "pooler"])
 def test_sequence_pooling_ignores_padding_on_either_side(pooling):
-    model, _ = build("sequence_classification", classifier_pooling=pooling)
+    options = {"use_pooler": True} if pooling == "pooler" else {"classifier_pooling": pooling}
+    model, _ = build("sequence_classification", **options)
     ids = random_ids(1, 5)
     right = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
     left = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], dim=1)
     with torch.no_grad():
         alone = model(ids).logits
         assert torch.allclose(model(right).logits, alone, atol=1e-5)
-        if pooling != "cls":  # the first token of a left-padded row is padding
-            assert torch.allclose(
-                model(left, position_ids=torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4]])).logits, alone, atol=1e-5
-            )
+        assert torch.allclose(
+            model(left, position_ids=torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4]])).logits, alone, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("case", list(CASES))

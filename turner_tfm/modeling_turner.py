@@ -634,7 +634,7 @@ class TurnerModel(TurnerPreTrainedModel):
 
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
-            pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            pooler_output=self.pooler(hidden_states, attention_mask) if self.pooler is not None else None,
             past_key_values=past_key_values if use_cache else None,
         )
 
@@ -744,15 +744,23 @@ class TurnerModel(TurnerPreTrainedModel):
 
 
 class TurnerPooler(nn.Module):
-    """BERT's pooler: a dense layer and tanh on the first token's final representation."""
+    """BERT's pooler: a dense layer and tanh on the first (real) token's final representation."""
 
     def __init__(self, config: TurnerConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.dense(hidden_states[:, 0]))
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.activation(self.dense(first_real_token(hidden_states, attention_mask)))
+
+
+def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each row's first token (§4.2's x_0), or in a left-padded row (a 2-D `attention_mask`) its first real one."""
+    if attention_mask is None or attention_mask.ndim != 2:
+        return hidden_states[:, 0]
+    first = attention_mask.to(torch.long).argmax(dim=-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
 
 
 class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
@@ -847,13 +855,13 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
 
 
 def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
-    """One vector per sequence: the first token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
+    """One vector per sequence: the first real token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
     spatial pooling), or the last real token (`last`, the only one that has seen the whole sequence under §4.1).
 
     Padding is read from `attention_mask`, so left- and right-padded batches pool the same tokens.
     """
     if pooling == "cls":
-        return hidden_states[:, 0]
+        return first_real_token(hidden_states, attention_mask)
     if attention_mask is None:
         return hidden_states.mean(dim=1) if pooling == "mean" else hidden_states[:, -1]
     mask = attention_mask.to(hidden_states.dtype)
