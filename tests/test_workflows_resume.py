@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -89,18 +90,18 @@ def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> Non
     assert after and logged_after(resumed, resume_step) == after
 
 
-def assert_resumes_exactly(command: list[str], run: tuple[str, ...], tmp_path: Path) -> Path:
-    """Run `command` with `run` twice side by side (the machine has 2 cores): one killed right after its first
+def assert_resumes_exactly(command: Callable[[], list[str]], run: tuple[str, ...], tmp_path: Path) -> Path:
+    """Run `command()` with `run` twice side by side (the machine has 2 cores): one killed right after its first
     checkpoint and resumed with `--resume-from-checkpoint true`, one never stopped; both must end alike. Returns
-    the checkpoint the run resumed from."""
-    killed = start([*command, *run, "--output-dir", "killed"], tmp_path)
-    uninterrupted = start([*command, *run, "--output-dir", "whole"], tmp_path)
+    the checkpoint the run resumed from. `command` is called for each run, so launchers get ports of their own."""
+    killed = start([*command(), *run, "--output-dir", "killed"], tmp_path)
+    uninterrupted = start([*command(), *run, "--output-dir", "whole"], tmp_path)
     checkpoint = kill_after_first_checkpoint(killed, tmp_path / "killed")
     assert uninterrupted.wait(timeout=600) == 0, uninterrupted.log.read_text()[-3000:]
     assert not (tmp_path / "killed" / "model.safetensors").exists()  # the killed run did not finish
 
     resume = ("--output-dir", "killed", "--resume-from-checkpoint", "true")
-    output = run_example(command, *run, *resume, tmp_path=tmp_path, env=launch_env(tmp_path))
+    output = run_example(command(), *run, *resume, tmp_path=tmp_path, env=launch_env(tmp_path))
     assert output.count(f"resuming from {checkpoint.relative_to(tmp_path)}") == 1  # said by the main process only
     assert_same_run(tmp_path / "killed", tmp_path / "whole", int(checkpoint.name.split("-")[1]))
     return checkpoint
@@ -108,7 +109,7 @@ def assert_resumes_exactly(command: list[str], run: tuple[str, ...], tmp_path: P
 
 def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp_path: Path) -> None:
     write_text(tmp_path)
-    assert_resumes_exactly([sys.executable, str(EXAMPLES / "train_causal_lm.py")], LM_RUN, tmp_path)
+    assert_resumes_exactly(lambda: [sys.executable, str(EXAMPLES / "train_causal_lm.py")], LM_RUN, tmp_path)
 
 
 def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_killed_two_process_run_resumes_exactly(tmp_path: Path) -> None:
     write_text(tmp_path)
-    checkpoint = assert_resumes_exactly(accelerate_launch(EXAMPLES / "train_causal_lm.py"), LM_RUN, tmp_path)
+    checkpoint = assert_resumes_exactly(lambda: accelerate_launch(EXAMPLES / "train_causal_lm.py"), LM_RUN, tmp_path)
     assert sorted(path.name for path in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
 
 
@@ -148,7 +149,7 @@ def test_a_killed_classifier_or_lora_run_resumes_exactly(script: str, tmp_path: 
     dropout = ("--lora-dropout", "0.1") if script == "finetune_lora.py" else ("--hidden-dropout", "0.1")
     run = (*RUNS[script], *dropout, "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
     assert_resumes_exactly(
-        [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
+        lambda: [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
     )
 
 
