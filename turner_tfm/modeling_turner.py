@@ -389,6 +389,8 @@ class TurnerDynamicLayer(DynamicLayer):
     """
 
     min_capacity = 256
+    _key_buffer: torch.Tensor | None = None  # set by the first update
+    _value_buffer: torch.Tensor | None = None
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
@@ -408,7 +410,7 @@ class TurnerDynamicLayer(DynamicLayer):
 
     def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
         """The buffers hold the cache as their first `length` rows, with room for the new states."""
-        buffers = getattr(self, "_key_buffer", None), getattr(self, "_value_buffer", None)
+        buffers = self._key_buffer, self._value_buffer
         if buffers[0] is None or length + key_states.shape[-2] > buffers[0].shape[-2]:
             return False
         if buffers[0].is_inference() and not torch.is_inference_mode_enabled():
