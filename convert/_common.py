@@ -88,6 +88,28 @@ def rename_modules(names: Mapping[str, str]) -> list[Rule]:
     return [rule for source, turner in names.items() for rule in rename_module(source, turner)]
 
 
+def _stack(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.cat(tensors, dim=0)]
+
+
+def _unstack(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    (stacked,) = tensors
+    return [part.clone() for part in stacked.chunk(len(QKV), dim=0)]
+
+
+QKV = ("query", "key", "value")
+QKV_PROJ = "layers.{i}.self_attn.qkv_proj"  # Turner's stacked projections (`TurnerAttention.qkv_proj`)
+
+
+def stacked_projections(sources: Mapping[str, str], turner: str) -> list[Rule]:
+    """The source's separate query, key and value Linears (`sources` maps each of `QKV` to a module name) as
+    Turner's `qkv_proj` (module `turner`), which stacks them in that order, weights and biases."""
+    return [
+        Rule(tuple(f"{sources[part]}.{param}" for part in QKV), (f"{turner}.{param}",), _stack, _unstack)
+        for param in ("weight", "bias")
+    ]
+
+
 def per_layer(num_layers: int, rules: Sequence[Rule]) -> list[Rule]:
     """`rules` written with `{i}` for the layer index, repeated for layers 0 .. num_layers - 1."""
     return [rule.for_layer(index) for index in range(num_layers) for rule in rules]

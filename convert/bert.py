@@ -17,6 +17,8 @@ from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerMode
 from ._common import (
     ENCODER_FIELDS,
     LABEL_FIELDS,
+    QKV,
+    QKV_PROJ,
     TOKEN_FIELDS,
     TURNER,
     Converter,
@@ -25,6 +27,7 @@ from ._common import (
     rename_module,
     rename_modules,
     same_names,
+    stacked_projections,
     unsupported,
 )
 
@@ -64,18 +67,17 @@ class BertConverter(Converter):
         rename("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
         *rename_module("embeddings.LayerNorm", "embeddings.norm"),
     )
-    layer_rules = rename_modules(
-        {
-            **{
-                f"encoder.layer.{{i}}.attention.self.{bert}": f"layers.{{i}}.self_attn.{name}_proj"
-                for bert, name in (("query", "q"), ("key", "k"), ("value", "v"))
-            },
-            "encoder.layer.{i}.attention.output.dense": "layers.{i}.self_attn.o_proj",
-            "encoder.layer.{i}.attention.output.LayerNorm": "layers.{i}.attn_norm",
-            "encoder.layer.{i}.intermediate.dense": "layers.{i}.mlp.up_proj",
-            "encoder.layer.{i}.output.dense": "layers.{i}.mlp.down_proj",
-            "encoder.layer.{i}.output.LayerNorm": "layers.{i}.mlp_norm",
-        }
+    layer_rules = (
+        *stacked_projections({part: f"encoder.layer.{{i}}.attention.self.{part}" for part in QKV}, QKV_PROJ),
+        *rename_modules(
+            {
+                "encoder.layer.{i}.attention.output.dense": "layers.{i}.self_attn.o_proj",
+                "encoder.layer.{i}.attention.output.LayerNorm": "layers.{i}.attn_norm",
+                "encoder.layer.{i}.intermediate.dense": "layers.{i}.mlp.up_proj",
+                "encoder.layer.{i}.output.dense": "layers.{i}.mlp.down_proj",
+                "encoder.layer.{i}.output.LayerNorm": "layers.{i}.mlp_norm",
+            }
+        ),
     )
 
     def turner_fields(self, config: BertConfig, use_pooler: bool) -> dict[str, object]:

@@ -1,9 +1,10 @@
 """GPT-2 <-> Turner: `GPT2Model`, `GPT2LMHeadModel` and `GPT2ForSequenceClassification`.
 
 GPT-2 is the paper's block as drawn (§2.3, §4.1): pre-norm, causal, learned positions, a final norm and a head tied
-to the token embedding. What differs is storage: GPT-2's `Conv1D` keeps a Linear's weight transposed, and `c_attn`
-stacks the q, k and v projections in one matrix. `GPT2ForSequenceClassification` scores the last non-pad token
-with a bias-free `score`; Turner's `classifier` gets a zero bias and `classifier_pooling="last"`.
+to the token embedding. What differs is storage: GPT-2's `Conv1D` keeps a Linear's weight transposed (`c_attn`
+stacks the q, k and v projections in one matrix, as Turner's `qkv_proj` does). `GPT2ForSequenceClassification`
+scores the last non-pad token with a bias-free `score`; Turner's `classifier` gets a zero bias and
+`classifier_pooling="last"`.
 
 Refused (no Turner counterpart): `scale_attn_weights=False`, `scale_attn_by_inverse_layer_idx=True`,
 `reorder_and_upcast_attn=True`, `add_cross_attention=True`, and `embd_pdrop != resid_pdrop` (Turner has one
@@ -17,6 +18,7 @@ from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassif
 
 from ._common import (
     LABEL_FIELDS,
+    QKV_PROJ,
     TOKEN_FIELDS,
     Converter,
     Head,
@@ -33,30 +35,12 @@ def _transposed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [tensor.t().contiguous() for tensor in tensors]
 
 
-def _split_qkv(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """`c_attn` (weight (D, 3D) or bias (3D,)) -> q, k, v in Linear layout."""
-    (fused,) = tensors
-    stacked = fused.t() if fused.ndim == 2 else fused
-    return [part.clone() for part in stacked.chunk(3, dim=0)]
-
-
-def _fuse_qkv(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """q, k, v in Linear layout -> `c_attn` (the inverse of `_split_qkv`)."""
-    stacked = torch.cat(tensors, dim=0)
-    return [stacked.t().contiguous() if stacked.ndim == 2 else stacked]
-
-
 def _conv1d(source: str, turner: str) -> list[Rule]:
     """A GPT-2 Conv1D as a Turner Linear."""
     return [
         Rule((f"{source}.weight",), (f"{turner}.weight",), _transposed, _transposed),
         rename(f"{source}.bias", f"{turner}.bias"),
     ]
-
-
-def _qkv(param: str) -> Rule:
-    turner = tuple(f"layers.{{i}}.self_attn.{name}_proj.{param}" for name in "qkv")
-    return Rule((f"h.{{i}}.attn.c_attn.{param}",), turner, _split_qkv, _fuse_qkv)
 
 
 def _score_with_zero_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -133,8 +117,7 @@ class GPT2Converter(Converter):
     )
     layer_rules = (
         *rename_module("h.{i}.ln_1", "layers.{i}.attn_norm"),
-        _qkv("weight"),
-        _qkv("bias"),
+        *_conv1d("h.{i}.attn.c_attn", QKV_PROJ),
         *_conv1d("h.{i}.attn.c_proj", "layers.{i}.self_attn.o_proj"),
         *rename_module("h.{i}.ln_2", "layers.{i}.mlp_norm"),
         *_conv1d("h.{i}.mlp.c_fc", "layers.{i}.mlp.up_proj"),

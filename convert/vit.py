@@ -20,6 +20,8 @@ from turner_tfm import TurnerConfig, TurnerForImageClassification, TurnerModel
 from ._common import (
     ENCODER_FIELDS,
     LABEL_FIELDS,
+    QKV,
+    QKV_PROJ,
     TURNER,
     Converter,
     Head,
@@ -28,6 +30,7 @@ from ._common import (
     rename_module,
     rename_modules,
     same_names,
+    stacked_projections,
     unsupported,
 )
 
@@ -81,14 +84,17 @@ class ViTConverter(Converter):
         ),
         *rename_module("embeddings.patch_embeddings.projection", "embeddings.patch_embed"),
     )
-    layer_rules = rename_modules(
-        {
-            **{f"layers.{{i}}.attention.{name}_proj": f"layers.{{i}}.self_attn.{name}_proj" for name in "qkvo"},
-            "layers.{i}.layernorm_before": "layers.{i}.attn_norm",
-            "layers.{i}.layernorm_after": "layers.{i}.mlp_norm",
-            "layers.{i}.mlp.fc1": "layers.{i}.mlp.up_proj",
-            "layers.{i}.mlp.fc2": "layers.{i}.mlp.down_proj",
-        }
+    layer_rules = (
+        *stacked_projections({part: f"layers.{{i}}.attention.{part[0]}_proj" for part in QKV}, QKV_PROJ),
+        *rename_modules(
+            {
+                "layers.{i}.attention.o_proj": "layers.{i}.self_attn.o_proj",
+                "layers.{i}.layernorm_before": "layers.{i}.attn_norm",
+                "layers.{i}.layernorm_after": "layers.{i}.mlp_norm",
+                "layers.{i}.mlp.fc1": "layers.{i}.mlp.up_proj",
+                "layers.{i}.mlp.fc2": "layers.{i}.mlp.down_proj",
+            }
+        ),
     )
     final_rules = rename_module("layernorm", "norm")
 

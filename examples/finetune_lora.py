@@ -1,4 +1,4 @@
-"""Adapt a saved Turner language model to new text with LoRA (PEFT) on `q_proj` and `v_proj`, then merge it.
+"""Adapt a saved Turner language model to new text with LoRA (PEFT) on `qkv_proj`, then merge it.
 
 By default the quickstart model (trained on the standard library's docstrings) learns the standard library's code.
 Only the low-rank adapters train, through the `Trainer`; held-out loss is measured before and after. The adapter is
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--lora-r", type=positive_int, default=8, help="rank of each adapter")
     group.add_argument("--lora-alpha", type=positive_int, default=16, help="scale: alpha / r")
     group.add_argument("--lora-dropout", type=probability, default=0.0)
-    group.add_argument("--target-modules", nargs="+", default=["q_proj", "v_proj"], help="module names to adapt")
+    group.add_argument("--target-modules", nargs="+", default=["qkv_proj"], help="module names to adapt")
     add_sample_arguments(parser, prompt="def ")
     return parser
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
     if missing:
         raise UsageError(
             f"argument --target-modules: {missing} is not valid: the model's linear layers are "
-            "q_proj, k_proj, v_proj, o_proj, up_proj, down_proj"
+            "qkv_proj (the stacked query, key and value projections), o_proj, up_proj, down_proj"
         )
     if args.block_size > model.config.max_position_embeddings:
         raise UsageError(

@@ -49,8 +49,8 @@ def main(output_dir: str) -> None:
     for block in model.model.layers:
         fully_shard(block)
     fully_shard(model)
-    weight = model.model.layers[0].self_attn.q_proj.weight
-    print(f"rank {rank}: holds {weight.to_local().numel()} of {weight.numel()} q_proj weights of block 0", flush=True)
+    weight = model.model.layers[0].self_attn.qkv_proj.weight
+    print(f"rank {rank}: holds {weight.to_local().numel()} of {weight.numel()} qkv_proj weights of block 0", flush=True)
 
     rows = global_batch().chunk(world)[rank]
     train(model, rows)

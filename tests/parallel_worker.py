@@ -21,9 +21,10 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 from transformers import AutoModelForCausalLM, DistributedConfig
 from transformers.distributed import mixin
+from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
-from tests.tiny import image_config, random_ids, text_config
+from tests.tiny import image_config, random_ids, text_config, write_separate_projections
 from turner_tfm import TurnerForImageClassification, TurnerForSequenceClassification
 
 TOLERANCE = 1e-5
@@ -285,7 +286,36 @@ def check_refused(case: str, work_dir: Path) -> None:
         raise AssertionError(f"{case}: loading with {sizes} was not refused")
 
 
-CHECKS = {"tp": check_tensor_parallel, "fsdp": check_fsdp, "refuse": check_refused}
+def check_separate_projections_refused(case: str, work_dir: Path) -> None:
+    """`CASE:tp` or `CASE:fsdp`: an earlier Turner's checkpoint (separate q, k and v) is not loaded sharded, where
+    each matrix would be sliced alone and the slices stacked out of order; the load report says what to do."""
+    case, parallelism = case.split(":")
+    model_class, path = build_and_save(case, work_dir)
+    if dist.get_rank() == 0:
+        write_separate_projections(path, CASES[case][1].get("share_query_key", False))
+    dist.barrier()
+    sizes = {"tp_size": dist.get_world_size()} if parallelism == "tp" else {"fsdp_size": dist.get_world_size()}
+    logger = hf_logging.get_logger("transformers.modeling_utils")
+    logger.setLevel(logging.WARNING)  # main() quiets transformers to errors; the load report is a warning
+    with CaptureLogger(logger) as report:
+        try:
+            model_class.from_pretrained(path, distributed_config=DistributedConfig(**sizes))
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError(f"{case}: separate projections were loaded with {sizes}")
+    logger.setLevel(logging.NOTSET)
+    if dist.get_rank() == 0 and "cannot be loaded sharded" not in report.out:  # the first rank reports loading
+        raise AssertionError(f"{case}: the load report does not say why: {report.out}")
+    say(case, f"separate projections refused under {parallelism}")
+
+
+CHECKS = {
+    "tp": check_tensor_parallel,
+    "fsdp": check_fsdp,
+    "refuse": check_refused,
+    "separate-projections": check_separate_projections_refused,
+}
 
 
 def main() -> None:

@@ -77,9 +77,9 @@ def test_pure_map_names_and_config():
         bert_config(id2label=dict(enumerate(labels)), label2id={label: index for index, label in enumerate(labels)})
     )
     state, config = bert.to_turner(model.state_dict(), model.config, "BertForSequenceClassification")
-    assert torch.equal(
-        state["model.layers.1.self_attn.q_proj.weight"], model.bert.encoder.layer[1].attention.self.query.weight
-    )
+    attention = model.bert.encoder.layer[1].attention.self
+    stacked = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
+    assert torch.equal(state["model.layers.1.self_attn.qkv_proj.bias"], stacked)
     assert torch.equal(
         state["model.layers.0.attn_norm.bias"], model.bert.encoder.layer[0].attention.output.LayerNorm.bias
     )

@@ -57,12 +57,12 @@ def test_round_trip_reproduces_every_tensor(source_class, variant):
     assert_same_state_dict(source, back)
 
 
-def test_pure_map_splits_c_attn_and_transposes_conv1d():
+def test_pure_map_stacks_c_attn_as_qkv_proj_and_transposes_conv1d():
     source = GPT2Model(gpt2_config())
     state, config = gpt2.to_turner(source.state_dict(), source.config, "GPT2Model")
     c_attn = source.h[1].attn.c_attn
-    assert torch.equal(state["layers.1.self_attn.k_proj.weight"], c_attn.weight[:, 16:32].t())
-    assert torch.equal(state["layers.1.self_attn.v_proj.bias"], c_attn.bias[32:])
+    assert torch.equal(state["layers.1.self_attn.qkv_proj.weight"][16:32], c_attn.weight[:, 16:32].t())  # keys
+    assert torch.equal(state["layers.1.self_attn.qkv_proj.bias"][32:], c_attn.bias[32:])  # values
     assert torch.equal(state["layers.1.mlp.up_proj.weight"], source.h[1].mlp.c_fc.weight.t())
     assert (config.hidden_act, config.intermediate_size, config.layer_norm_eps) == ("gelu_new", 64, 1e-5)
     assert (config.is_causal, config.norm_position, config.architectures) == (True, "pre", ["TurnerModel"])

@@ -224,8 +224,8 @@ def test_half_precision_stays_finite_with_large_attention_scores(dtype, implemen
     model = TurnerForCausalLM(text_config(attn_implementation=implementation)).eval()
     with torch.no_grad():
         for block in model.model.layers:  # scores of order 1e4: exp() overflows unless softmax runs in fp32
-            block.self_attn.q_proj.weight.mul_(40.0)
-            block.self_attn.k_proj.weight.mul_(40.0)
+            for U_q_or_k in block.self_attn.qkv_proj.weight.chunk(3)[:2]:
+                U_q_or_k.mul_(40.0)
             block.attn_norm.weight.mul_(3.0)
     model = model.to(dtype)
     ids = random_ids(2, 12)
@@ -291,10 +291,10 @@ def test_config_sizes_that_disagree_with_the_weights_fail(saved_lm):
 def test_missing_tensors_are_reported_never_silently_filled(saved_lm):
     weights = saved_lm / "model.safetensors"
     tensors = load_file(weights)
-    del tensors["model.layers.1.self_attn.v_proj.weight"]
+    del tensors["model.layers.1.self_attn.qkv_proj.weight"]
     save_file(tensors, weights, metadata={"format": "pt"})
     _, info = TurnerForCausalLM.from_pretrained(saved_lm, output_loading_info=True)
-    assert info["missing_keys"] == {"model.layers.1.self_attn.v_proj.weight"}
+    assert info["missing_keys"] == {"model.layers.1.self_attn.qkv_proj.weight"}
 
 
 def test_only_safetensors_are_written(tmp_path):

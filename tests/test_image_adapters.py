@@ -33,7 +33,7 @@ def lora_gradients(checkpointing: dict | None) -> dict[str, torch.Tensor]:
     model = TurnerForImageClassification(image_config())
     if checkpointing is not None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
-    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=["classifier"])
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj"], modules_to_save=["classifier"])
     model = get_peft_model(model, lora).train()
     pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     model(pixel_values=pixels, labels=torch.tensor([0, 1, 2, 1])).loss.backward()
@@ -45,7 +45,7 @@ def test_lora_with_gradient_checkpointing_gives_the_same_gradients(use_reentrant
     plain = lora_gradients(None)
     checkpointed = lora_gradients({"use_reentrant": use_reentrant})
     assert plain.keys() == checkpointed.keys()
-    assert sum("lora_B" in name for name in plain) == 2 * 2  # q_proj and v_proj in both blocks
+    assert sum("lora_B" in name for name in plain) == 2 * 2  # qkv_proj and o_proj in both blocks
     for name, grad in plain.items():
         assert grad is not None and checkpointed[name] is not None, name
         torch.testing.assert_close(checkpointed[name], grad, atol=1e-6, rtol=1e-5, msg=name)

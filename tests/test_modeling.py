@@ -183,7 +183,7 @@ def test_init_follows_initializer_range():
     weight = model.model.layers[0].mlp.up_proj.weight
     assert abs(weight.std().item() - 0.1) < 0.005
     assert abs(weight.mean().item()) < 0.005
-    assert torch.count_nonzero(model.model.layers[0].self_attn.q_proj.bias) == 0
+    assert torch.count_nonzero(model.model.layers[0].self_attn.qkv_proj.bias) == 0
     norm = model.model.layers[0].attn_norm
     assert torch.equal(norm.weight, torch.ones(256)) and torch.equal(norm.bias, torch.zeros(256))
     image = TurnerForImageClassification(image_config(hidden_size=256, initializer_range=0.1))

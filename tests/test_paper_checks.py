@@ -13,8 +13,9 @@ def reference_mhsa(attention: TurnerAttention, X: torch.Tensor, causal: bool) ->
     """Eq. 4-6 with X of size D x N: Y = sum_h V_h X A_h, [A_h]_{n,n'} = softmax_n(k_{h,n}^T q_{h,n'} / sqrt(K))."""
     D, N = X.shape
     H, K = attention.config.num_attention_heads, attention.head_dim
-    U_q, U_k, U_v, U_o = (p.weight for p in (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj))
-    b_q, b_k, b_v, b_o = (p.bias for p in (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj))
+    U_q, U_k, U_v = attention.qkv_proj.weight.chunk(3)  # stacked U_q,h, then U_k,h, then U_v,h
+    b_q, b_k, b_v = attention.qkv_proj.bias.chunk(3)
+    U_o, b_o = attention.o_proj.weight, attention.o_proj.bias
     Y = torch.zeros(D, N, dtype=X.dtype)
     for h in range(H):
         rows = slice(h * K, (h + 1) * K)

@@ -109,6 +109,12 @@ def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(tmp_path: 
             torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5, msg=f"{case}-{saved}")
 
 
+def test_an_earlier_turners_separate_projections_are_not_loaded_sharded(tmp_path: Path) -> None:
+    output = launch_ranks("separate-projections", "tied:tp", "shared-qk:fsdp", tmp_path=tmp_path)
+    assert_every_rank_said(output, ["tied"], "separate projections refused under tp")
+    assert_every_rank_said(output, ["shared-qk"], "separate projections refused under fsdp")
+
+
 def test_unshardable_configs_are_refused_by_name_before_loading(tmp_path: Path) -> None:
     output = launch_ranks("refuse", "odd-heads:tp", "batchnorm:fsdp", tmp_path=tmp_path)
     assert "rank 1: odd-heads: refused under tp: TurnerConfig: `num_attention_heads`=3 is invalid" in output
@@ -139,7 +145,8 @@ def test_every_plan_rule_names_a_module_the_config_builds(model_class: type, con
     for plan in (model.tp_plan, model.fsdp_plan):
         assert set(plan) <= names, f"rules naming nothing: {sorted(set(plan) - names)}"
     projections = {name.rsplit(".", 1)[-1] for name in model.tp_plan if ".layers." in f".{name}"}
-    assert ("k_proj" in projections) != config.share_query_key
+    qkv_style = model.tp_plan[next(name for name in model.tp_plan if name.endswith("qkv_proj"))]
+    assert qkv_style == f"stacked_heads_colwise_{2 if config.share_query_key else 3}"
     assert ("hidden_proj" in projections) == (config.mlp_hidden_layers == 2)
     embedding_rules = [style for name, style in model.tp_plan.items() if name.endswith("embed_tokens")]
     assert embedding_rules == ([] if config.is_image_model else ["embedding_rowwise"])

@@ -25,7 +25,7 @@ INT8 = {
     "torchao": lambda: TorchAoConfig(torchao.quantization.Int8WeightOnlyConfig()),
     "bitsandbytes": lambda: BitsAndBytesConfig(load_in_8bit=True),
 }
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj")
+PROJECTIONS = ("qkv_proj", "o_proj", "up_proj", "down_proj")
 
 
 def is_quantized(module: torch.nn.Module) -> bool:
@@ -88,7 +88,7 @@ def test_quantized_language_model_loads_generates_saves_and_reloads_silently(met
 def test_quantized_classifier_classifies_like_the_full_one(method, saved_models):
     full = AutoModelForSequenceClassification.from_pretrained(saved_models / "cls").eval()
     model = load_quantized(AutoModelForSequenceClassification, saved_models / "cls", method)
-    assert is_quantized(model.classifier) and is_quantized(model.model.layers[0].self_attn.q_proj)
+    assert is_quantized(model.classifier) and is_quantized(model.model.layers[0].self_attn.qkv_proj)
     ids = random_ids(8, 12)
     with torch.no_grad():
         expected, logits = full(ids).logits, model(ids).logits
@@ -107,7 +107,7 @@ def test_the_same_quantizer_skips_every_gpt2_conv1d_but_takes_every_turner_linea
     TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "turner")
     turner = quantized_layers(load_quantized(AutoModelForCausalLM, tmp_path / "turner", "torchao"))
     linears = [name for name in turner if name.endswith(PROJECTIONS)]
-    assert len(linears) == 2 * 6 and all(turner[name] for name in linears)
+    assert len(linears) == 2 * 4 and all(turner[name] for name in linears)
 
 
 @pytest.mark.slow
@@ -122,6 +122,6 @@ def test_a_quickstart_model_keeps_its_held_out_loss_within_one_percent(method, t
     blocks = bench_quantization.held_out_blocks(tmp_path / "lm", 128)
     full = bench_quantization.held_out_loss(AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval(), blocks, 32)
     quantized = load_quantized(AutoModelForCausalLM, tmp_path / "lm", method)
-    assert quantized_layers(quantized)["model.layers.0.self_attn.q_proj"]
+    assert quantized_layers(quantized)["model.layers.0.self_attn.qkv_proj"]
     assert abs(bench_quantization.held_out_loss(quantized, blocks, 32) / full - 1) < 0.01
     assert full < 3.0  # it learned something: a uniform guess over ~100 characters costs 4.6

@@ -109,7 +109,7 @@ def test_shared_query_key_has_one_projection_and_symmetric_scores():
     bidirectional = {"is_causal": False, "position_embedding_type": "none", "attn_implementation": "eager"}
     model = causal_lm("share_query_key", **bidirectional)
     attention = model.model.layers[0].self_attn
-    assert attention.k_proj is None
+    assert attention.qkv_proj.out_features == 2 * 32  # U_q and U_v stacked, no U_k
     separate = causal_lm("share_query_key", share_query_key=False, **bidirectional)
     assert separate.num_parameters() - model.num_parameters() == 2 * (32 * 32 + 32)
 

@@ -37,8 +37,8 @@ def test_fsdp2_shards_turner_blocks_on_cpu_and_matches_one_process(tmp_path: Pat
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     command += [str(Path(__file__).with_name("fsdp_worker.py")), "fsdp"]
     output = run_example(command, tmp_path=tmp_path)
-    held = [int(n) for n in re.findall(r"holds (\d+) of 1024 q_proj weights", output)]
-    assert sorted(held) == [512, 512], output[-2000:]  # each process keeps half of each matrix
+    held = [int(n) for n in re.findall(r"holds (\d+) of 3072 qkv_proj weights", output)]
+    assert sorted(held) == [1536, 1536], output[-2000:]  # each process keeps half of each matrix
 
     reference = tiny_model()
     train(reference, global_batch())  # the whole batch in one process

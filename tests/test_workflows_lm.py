@@ -168,7 +168,7 @@ def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
     assert 0 < trainable < 10
     assert "merged model matches the adapter model" in output
     adapter_config = json.loads((tmp_path / "lora" / "adapter" / "adapter_config.json").read_text())
-    assert sorted(adapter_config["target_modules"]) == ["q_proj", "v_proj"]
+    assert sorted(adapter_config["target_modules"]) == ["qkv_proj"]
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "lora")
     inputs = tokenizer(["def main(argv):", "return parser"], return_tensors="pt", padding=True)

@@ -40,3 +40,19 @@ def random_ids(batch: int, length: int, vocab_size: int = 99, seed: int = 0) -> 
     """Token ids that avoid the special ids 0-2, so no token is mistaken for padding."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab_size, (batch, length), generator=generator)
+
+
+def write_separate_projections(folder, share_query_key: bool = False) -> None:
+    """Rewrite a saved Turner checkpoint as an earlier Turner saved it: `q_proj`, `k_proj` and `v_proj` (no `k_proj`
+    with `share_query_key`) as separate matrices instead of the stacked `qkv_proj`."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    weights = Path(folder) / "model.safetensors"
+    tensors = load_file(weights)
+    parts = "qv" if share_query_key else "qkv"
+    for name in [name for name in tensors if ".qkv_proj." in name]:
+        for part, tensor in zip(parts, tensors.pop(name).chunk(len(parts)), strict=True):
+            tensors[name.replace(".qkv_proj.", f".{part}_proj.")] = tensor.contiguous()
+    save_file(tensors, weights, metadata={"format": "pt"})

@@ -182,14 +182,13 @@ class TurnerConfig(PreTrainedConfig):
         """Tensor parallel plan of the backbone, built from this config so every rule names a module it has.
 
         Megatron-style: the vocabulary is split across ranks (so a tied `lm_head` shards against a sharded
-        embedding), each rank holds whole heads of `q_proj`/`k_proj`/`v_proj` and the matching columns of `o_proj`,
-        and a slice of the MLP's hidden features. With `share_query_key` there is no `k_proj` (U_k = U_q); with two
-        hidden layers the second is row-split and the last column-split and gathered. Everything else (norms,
-        positions, token types, patches, pooler) is replicated.
+        embedding), each rank holds whole heads of each projection stacked in `qkv_proj` (q, k and v; q and v with
+        `share_query_key`, where U_k = U_q) and the matching columns of `o_proj`, and a slice of the MLP's hidden
+        features. With two hidden layers the second is row-split and the last column-split and gathered. Everything
+        else (norms, positions, token types, patches, pooler) is replicated.
         """
-        attention = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
-        if self.share_query_key:
-            del attention["k_proj"]
+        projections = 2 if self.share_query_key else 3
+        attention = {"qkv_proj": f"stacked_heads_colwise_{projections}", "o_proj": "rowwise"}
         mlp = {"up_proj": "colwise", "down_proj": "rowwise"}
         if self.mlp_hidden_layers == 2:
             mlp = {"up_proj": "colwise", "hidden_proj": "rowwise", "down_proj": "colwise_gather_output"}

@@ -11,9 +11,10 @@ This file imports only torch, transformers (with safetensors, which transformers
 and writes no files itself: loading and saving go through `transformers`, and only ever as safetensors.
 """
 
+import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import torch
 from safetensors import SafetensorError
@@ -21,7 +22,10 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Concatenate, WeightConverter, WeightRenaming
 from transformers.distributed import DistributedConfig
+from transformers.distributed.utils import is_dtensor
 from transformers.generation import GenerationConfig, GenerationMixin
 from transformers.masking_utils import (
     create_bidirectional_mask,
@@ -40,7 +44,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.import_utils import is_torchdynamo_compiling
+from transformers.utils.import_utils import is_torch_distributed_available, is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_turner import TurnerConfig
@@ -258,9 +262,11 @@ def eager_attention_forward(
 class TurnerAttention(nn.Module):
     """Multi-head self-attention, eq. 4-6: `sum_h V_h X A_h`.
 
-    `q_proj` and `k_proj` stack the H matrices U_q,h and U_k,h (each K x D); `V_h = U_h U_v,h` (footnote 13) is
-    `v_proj` followed by `o_proj` acting on the concatenated heads. With `share_query_key` there is no `k_proj`:
-    U_k = U_q, the symmetric attention of the paper's first construction (footnote 9).
+    `qkv_proj` stacks, one above the other, the H matrices U_q,h, then the U_k,h, then the U_v,h (each K x D), so one
+    matrix product gives every head's queries, keys and values; `V_h = U_h U_v,h` (footnote 13) is the value part
+    followed by `o_proj` acting on the concatenated heads. With `share_query_key` there is no key part: U_k = U_q,
+    the symmetric attention of the paper's first construction (footnote 9). Checkpoints of earlier Turners, with
+    separate `q_proj`, `k_proj` and `v_proj`, load stacked (`StackProjections`).
     """
 
     def __init__(self, config: TurnerConfig, layer_idx: int):
@@ -272,11 +278,8 @@ class TurnerAttention(nn.Module):
         self.is_causal = config.is_causal
         self.attention_dropout = config.attention_dropout
         inner_size = config.num_attention_heads * config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
-        self.k_proj = (
-            None if config.share_query_key else nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
-        )
-        self.v_proj = nn.Linear(config.hidden_size, inner_size, bias=config.attention_bias)
+        self.projections = 2 if config.share_query_key else 3
+        self.qkv_proj = nn.Linear(config.hidden_size, self.projections * inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(
@@ -289,9 +292,8 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        query = self.q_proj(hidden_states).view(heads_shape).transpose(1, 2)
-        key = query if self.k_proj is None else self.k_proj(hidden_states).view(heads_shape).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(heads_shape).transpose(1, 2)
+        query, *key, value = self.qkv_proj(hidden_states).view(heads_shape).transpose(1, 2).chunk(self.projections, 1)
+        key = key[0] if key else query
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
@@ -457,6 +459,48 @@ def appending_cache(cache: Cache) -> Cache:
     return cache
 
 
+_layout_lock = threading.Lock()
+INPUT_MAJOR_MIN_NEW_TOKENS = 16
+
+
+@contextlib.contextmanager
+def input_major_widening_weights(model: nn.Module) -> Iterator[None]:
+    """On the CPU, the blocks' widening (and square) `nn.Linear` weights stored input-major while inside, as GPT-2's
+    `Conv1D` stores them: same values, shapes and parameters, memory laid out as W^T; restored on exit.
+
+    A decoding step multiplies one row per sequence by every weight. On MKL the product `x @ W^T` is faster when W^T
+    is contiguous and W has at least as many outputs as inputs (`qkv_proj`, `o_proj`, `up_proj`); the narrowing
+    `down_proj` is faster as it is. The copy costs about one pass over those weights per `generate()` call and is
+    held only while the loop runs. Sharded, quantized and adapter-wrapped layers are left alone; nested or
+    concurrent `generate()` calls share one copy (the last to leave restores the weights).
+    """
+    weights = [
+        linear.weight
+        for module in model.modules()
+        if isinstance(module, (TurnerAttention, TurnerMLP))
+        for linear in module.children()
+        if type(linear) is nn.Linear
+        and linear.out_features >= linear.in_features
+        and type(linear.weight.data) is torch.Tensor
+        and linear.weight.device.type == "cpu"
+    ]
+    with _layout_lock:
+        users = getattr(model, "_input_major_users", 0)
+        if users == 0:
+            model._row_major_weights = [weight.data for weight in weights]
+            for weight in weights:
+                weight.data = weight.data.t().contiguous().t()
+        model._input_major_users = users + 1
+    try:
+        yield
+    finally:
+        with _layout_lock:
+            model._input_major_users -= 1
+            if model._input_major_users == 0:
+                for weight, data in zip(weights, model.__dict__.pop("_row_major_weights"), strict=True):
+                    weight.data = data
+
+
 def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) -> tuple:
     """Under tensor parallelism each rank computes A for its own heads: the attention weights it returns (eager
     attention, `output_attentions=True`) are every head's, gathered from all ranks, as in one process."""
@@ -465,8 +509,70 @@ def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) 
         return output
     from torch.distributed.tensor import DTensor, Shard
 
-    mesh = module.q_proj.weight.device_mesh
+    mesh = module.qkv_proj.weight.device_mesh
     return attn_output, DTensor.from_local(attn_weights, mesh, [Shard(1)], run_check=False).full_tensor()
+
+
+class StackProjections(Concatenate):
+    """Loading a checkpoint of an earlier Turner, which held `q_proj`, `k_proj` and `v_proj` (no `k_proj` with
+    `share_query_key`) as separate matrices: they are stacked into `qkv_proj`. A projection missing, or present
+    where the config has no place for it, is an error naming it; so is loading such a checkpoint sharded, since
+    transformers would shard each matrix alone and stack the shards out of order."""
+
+    def convert(self, input_dict: dict, source_patterns: list[str], target_patterns: list[str], **kwargs) -> dict:
+        config, target = kwargs["config"], kwargs["full_layer_name"]
+        expected = [pattern for pattern in source_patterns if not (config.share_query_key and "k_proj" in pattern)]
+        if missing := [pattern for pattern in expected if pattern not in input_dict]:
+            raise ValueError(f"the checkpoint has no {missing} to stack into {target}")
+        if extra := sorted(set(input_dict) - set(expected)):
+            raise ValueError(f"the checkpoint has {extra}, but the config has share_query_key=True (U_k = U_q)")
+        if is_dtensor(kwargs["model"].get_parameter(target)):
+            raise ValueError(
+                f"the checkpoint holds {expected} as separate matrices, which cannot be loaded sharded into {target}: "
+                "load it in one process and save_pretrained it once (which stores them stacked), then load that"
+            )
+        return super().convert(input_dict, source_patterns, target_patterns, **kwargs)
+
+
+class SeparateProjections(WeightConverter):
+    """`StackProjections` on loading; saving writes `qkv_proj` as it is (nothing to reverse)."""
+
+    def reverse_transform(self) -> WeightRenaming:
+        return WeightRenaming(self._original_target_patterns, self._original_target_patterns)
+
+
+register_checkpoint_conversion_mapping(
+    TurnerConfig.model_type,
+    [
+        SeparateProjections(
+            source_patterns=["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+            target_patterns="self_attn.qkv_proj",
+            operations=[StackProjections(dim=0)],
+        )
+    ],
+    overwrite=True,
+)
+
+if is_torch_distributed_available():
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, PackedColwiseParallel
+
+    class StackedHeadsColwiseParallel(PackedColwiseParallel):
+        """Tensor-parallel style of `qkv_proj`: rank r holds the same whole heads (chunk r) of each of the
+        `split_factor` stacked projections, weights and bias alike, and computes its heads' q, k and v."""
+
+        def shard_param(self, module: nn.Module, param: str, mesh) -> None:
+            meta = module._parameters.get(param)
+            if meta is not None:
+                placement = _StridedShard(dim=0, split_factor=self.split_factor)
+                sharded = distribute_tensor(meta, mesh, [placement], src_data_rank=None)
+                module._parameters[param] = nn.Parameter(sharded, requires_grad=meta.requires_grad)
+
+    for projections in (2, 3):
+        ALL_PARALLEL_STYLES.register(
+            f"stacked_heads_colwise_{projections}", StackedHeadsColwiseParallel(split_factor=projections)
+        )
 
 
 # The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
@@ -840,17 +946,25 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
         """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
         and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        self._new_tokens = generation_config.max_new_tokens  # for _optimize_model_for_decode
         cache = model_kwargs.get("past_key_values")
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
 
-    @contextmanager
+    @contextlib.contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
         """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
-        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual."""
+        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual.
+
+        When it will decode at least `INPUT_MAJOR_MIN_NEW_TOKENS` tokens (or an unstated number), the loop runs with
+        `input_major_widening_weights`: their copy costs about two tokens' products and saves about a tenth of each
+        token's."""
+        new_tokens = getattr(self, "_new_tokens", None)
+        long_enough = new_tokens is None or new_tokens >= INPUT_MAJOR_MIN_NEW_TOKENS
+        layout = input_major_widening_weights(self) if long_enough else contextlib.nullcontext()
         decoding, self.model.decoding = self.model.decoding, True
         try:
-            with super()._optimize_model_for_decode():
+            with super()._optimize_model_for_decode(), layout:
                 yield
         finally:
             self.model.decoding = decoding
