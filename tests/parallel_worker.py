@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 from transformers import AutoModelForCausalLM, DistributedConfig
 from transformers.distributed import mixin
-from transformers.testing_utils import CaptureLogger
+from transformers.testing_utils import CaptureLogger, LoggingLevel
 from transformers.utils import logging as hf_logging
 
 from tests.tiny import image_config, random_ids, text_config, write_separate_projections
@@ -296,15 +296,13 @@ def check_separate_projections_refused(case: str, work_dir: Path) -> None:
     dist.barrier()
     sizes = {"tp_size": dist.get_world_size()} if parallelism == "tp" else {"fsdp_size": dist.get_world_size()}
     logger = hf_logging.get_logger("transformers.modeling_utils")
-    logger.setLevel(logging.WARNING)  # main() quiets transformers to errors; the load report is a warning
-    with CaptureLogger(logger) as report:
+    with LoggingLevel(logging.WARNING), CaptureLogger(logger) as report:  # main() quiets transformers to errors
         try:
             model_class.from_pretrained(path, distributed_config=DistributedConfig(**sizes))
         except RuntimeError:
             pass
         else:
             raise AssertionError(f"{case}: separate projections were loaded with {sizes}")
-    logger.setLevel(logging.NOTSET)
     if dist.get_rank() == 0 and "cannot be loaded sharded" not in report.out:  # the first rank reports loading
         raise AssertionError(f"{case}: the load report does not say why: {report.out}")
     say(case, f"separate projections refused under {parallelism}")
