@@ -30,8 +30,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(__doc__.split("\n\n")[0])
-    add_training_arguments(
-        parser, output_dir="./turner-image-classifier", num_train_epochs=40, learning_rate=2e-3, logging_steps=100
+    add_training_arguments(  # weight decay: the 40 epochs drive the training loss to 0.01 on 1437 images
+        parser,
+        output_dir="./turner-image-classifier",
+        num_train_epochs=40,
+        learning_rate=2e-3,
+        weight_decay=0.1,
+        logging_steps=100,
     )
     add_parallel_arguments(parser)
     group = add_classification_data_arguments(parser)
