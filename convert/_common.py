@@ -88,6 +88,10 @@ def rename_modules(names: Mapping[str, str]) -> list[Rule]:
     return [rule for source, turner in names.items() for rule in rename_module(source, turner)]
 
 
+QKV = ("query", "key", "value")
+QKV_PROJ = "layers.{i}.self_attn.qkv_proj"  # Turner's stacked projections (`TurnerAttention.qkv_proj`)
+
+
 def _stack(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.cat(tensors, dim=0)]
 
@@ -95,10 +99,6 @@ def _stack(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def _unstack(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     (stacked,) = tensors
     return [part.clone() for part in stacked.chunk(len(QKV), dim=0)]
-
-
-QKV = ("query", "key", "value")
-QKV_PROJ = "layers.{i}.self_attn.qkv_proj"  # Turner's stacked projections (`TurnerAttention.qkv_proj`)
 
 
 def stacked_projections(sources: Mapping[str, str], turner: str) -> list[Rule]:

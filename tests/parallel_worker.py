@@ -272,12 +272,16 @@ def check_fsdp(case: str, work_dir: Path) -> None:
     say(case, "saved the full and the distributed checkpoint")
 
 
+def sharding(parallelism: str) -> dict[str, int]:
+    """`DistributedConfig` sizes for "tp" or "fsdp" over every process."""
+    return {f"{parallelism}_size": dist.get_world_size()}
+
+
 def check_refused(case: str, work_dir: Path) -> None:
     """`CASE:tp` or `CASE:fsdp`: loading the case's checkpoint sharded that way raises ValueError before loading."""
     case, parallelism = case.split(":")
     model_class, path = build_and_save(case, work_dir)
-    world = dist.get_world_size()
-    sizes = {"tp_size": world} if parallelism == "tp" else {"fsdp_size": world}
+    sizes = sharding(parallelism)
     try:
         model_class.from_pretrained(path, distributed_config=DistributedConfig(**sizes))
     except ValueError as error:
@@ -294,7 +298,7 @@ def check_separate_projections_refused(case: str, work_dir: Path) -> None:
     if dist.get_rank() == 0:
         write_separate_projections(path, CASES[case][1].get("share_query_key", False))
     dist.barrier()
-    sizes = {"tp_size": dist.get_world_size()} if parallelism == "tp" else {"fsdp_size": dist.get_world_size()}
+    sizes = sharding(parallelism)
     logger = hf_logging.get_logger("transformers.modeling_utils")
     with LoggingLevel(logging.WARNING), CaptureLogger(logger) as report:  # main() quiets transformers to errors
         try:

@@ -463,6 +463,20 @@ _layout_lock = threading.Lock()
 INPUT_MAJOR_MIN_NEW_TOKENS = 16
 
 
+def widening_cpu_weights(model: nn.Module) -> list[nn.Parameter]:
+    """The plain CPU weights of the blocks' `nn.Linear`s with at least as many outputs as inputs."""
+    return [
+        linear.weight
+        for module in model.modules()
+        if isinstance(module, (TurnerAttention, TurnerMLP))
+        for linear in module.children()
+        if type(linear) is nn.Linear
+        and linear.out_features >= linear.in_features
+        and type(linear.weight.data) is torch.Tensor
+        and linear.weight.device.type == "cpu"
+    ]
+
+
 @contextlib.contextmanager
 def input_major_widening_weights(model: nn.Module) -> Iterator[None]:
     """On the CPU, the blocks' widening (and square) `nn.Linear` weights stored input-major while inside, as GPT-2's
@@ -474,22 +488,12 @@ def input_major_widening_weights(model: nn.Module) -> Iterator[None]:
     held only while the loop runs. Sharded, quantized and adapter-wrapped layers are left alone; nested or
     concurrent `generate()` calls share one copy (the last to leave restores the weights).
     """
-    weights = [
-        linear.weight
-        for module in model.modules()
-        if isinstance(module, (TurnerAttention, TurnerMLP))
-        for linear in module.children()
-        if type(linear) is nn.Linear
-        and linear.out_features >= linear.in_features
-        and type(linear.weight.data) is torch.Tensor
-        and linear.weight.device.type == "cpu"
-    ]
     with _layout_lock:
         users = getattr(model, "_input_major_users", 0)
         if users == 0:
-            model._row_major_weights = [weight.data for weight in weights]
-            for weight in weights:
-                weight.data = weight.data.t().contiguous().t()
+            model._row_major_weights = [(weight, weight.data) for weight in widening_cpu_weights(model)]
+            for weight, data in model._row_major_weights:
+                weight.data = data.t().contiguous().t()
         model._input_major_users = users + 1
     try:
         yield
@@ -497,7 +501,7 @@ def input_major_widening_weights(model: nn.Module) -> Iterator[None]:
         with _layout_lock:
             model._input_major_users -= 1
             if model._input_major_users == 0:
-                for weight, data in zip(weights, model.__dict__.pop("_row_major_weights"), strict=True):
+                for weight, data in model.__dict__.pop("_row_major_weights"):
                     weight.data = data
 
 
