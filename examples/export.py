@@ -158,9 +158,25 @@ def export_model(model, export_format: str, sample: dict, max_cache_len: int):
         "past_key_values": [None] * len(torch.utils._pytree.tree_leaves(empty_cache)),
     }
     configs = {"prefill": config_class(dynamic_shapes=prefill_axes), "decode": config_class()}
-    return exporter.export_for_generation(
+    exported = exporter.export_for_generation(
         model, {"input_ids": sample["input_ids"]}, configs, generation_config=generation_config
     )
+    return without_example_inputs(exported) if export_format == "torch" else exported
+
+
+def without_example_inputs(exported):
+    """`exported` with its torch.export programs stripped of their example inputs, so a saved `.pt2` holds the graph
+    and tensors only and loads under `torch.load(weights_only=True)`.
+
+    Workaround: transformers' `DynamoExporter` keeps the traced call's inputs on each program, and for a language
+    model they include the `StaticCache` object itself; `torch.export.save` pickles it, and `torch.export.load` then
+    falls back to unrestricted unpickling (`weights_only=False`) to read it back. Example inputs are optional (only
+    `ExportedProgram.module()` checks use them). This stands in for the upstream fix: the exporter saving programs
+    whose example inputs are flattened to tensors (or none).
+    """
+    for component in exported.components.values():
+        component.program.example_inputs = None
+    return exported
 
 
 def prefill_inputs(exported, input_ids) -> dict:

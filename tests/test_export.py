@@ -4,12 +4,14 @@ torch.export. Each gives the eager logits, a language model's prefill and decode
 
 ExecuTorch and every config switch in every format are in the `slow` run (minutes of export on two cores)."""
 
+import contextlib
 import json
 import os
 import runpy
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 import pytest
 import torch
@@ -47,9 +49,35 @@ def language_model(**overrides) -> TurnerForCausalLM:
     return TurnerForCausalLM(text_config(initializer_range=0.3, eos_token_id=None, **overrides)).eval()
 
 
+@contextlib.contextmanager
+def unrestricted_unpickling_refused():
+    """`torch.load` raises when asked for `weights_only=False`: torch.export's fallback to unrestricted unpickling
+    (after a failed safe load) becomes an error, so a load that succeeds inside took the safe path."""
+    safe_load = torch.load
+
+    def load(*args, weights_only=True, **kwargs):
+        if not weights_only:
+            raise AssertionError("torch.load(weights_only=False): the exported folder is not tensors only")
+        return safe_load(*args, weights_only=True, **kwargs)
+
+    with mock.patch("torch.load", load):
+        yield
+
+
 def export_and_reload(export_script, model, export_format: str, sample: dict, folder) -> ExportedModel:
     export_script.export_model(model, export_format, sample, CACHE).save_pretrained(folder)
-    return ExportedModel.from_pretrained(folder, trust_remote_code=True)
+    with unrestricted_unpickling_refused():
+        return ExportedModel.from_pretrained(folder, trust_remote_code=True)
+
+
+def test_the_guard_refuses_a_program_that_pickles_its_cache(export_script, tmp_path):
+    """Without `without_example_inputs` the saved language-model program pickles its `StaticCache`, and only an
+    unrestricted unpickling reads it back: the guard above catches exactly that."""
+    sample = {"input_ids": random_ids(1, 6)}
+    with mock.patch.object(export_script, "without_example_inputs", lambda exported: exported):
+        export_script.export_model(language_model(), "torch", sample, CACHE).save_pretrained(tmp_path)
+    with unrestricted_unpickling_refused(), pytest.raises(AssertionError, match="weights_only=False"):
+        ExportedModel.from_pretrained(tmp_path, trust_remote_code=True)
 
 
 def greedy(model: TurnerForCausalLM, prompt: torch.Tensor) -> list[int]:
@@ -162,15 +190,16 @@ def test_the_example_script_exports_checks_and_reports(export_script, tmp_path, 
     torch.manual_seed(0)
     TurnerForCausalLM(config).save_pretrained(tmp_path / "lm")
     tokenizer.save_pretrained(tmp_path / "lm")
-    run_export_script(
-        monkeypatch,
-        "--model-name-or-path",
-        str(tmp_path / "lm"),
-        "--format",
-        "torch",
-        "--output-dir",
-        str(tmp_path / "out"),
-    )
+    with unrestricted_unpickling_refused():
+        run_export_script(
+            monkeypatch,
+            "--model-name-or-path",
+            str(tmp_path / "lm"),
+            "--format",
+            "torch",
+            "--output-dir",
+            str(tmp_path / "out"),
+        )
     output = capsys.readouterr().out
     assert f"wrote {tmp_path / 'out'}/: config.json" in output and "decode.pt2" in output
     assert f"{NEW_TOKENS} greedy tokens through prefill + decode equal generate()'s" in output
