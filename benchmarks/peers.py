@@ -4,9 +4,7 @@ Matching (language models): the same number of layers, heads and features, MLP w
 learned positions, a final LayerNorm, biases in every linear and norm, LayerNorm eps 1e-5, exact (erf) GELU
 (`GPT2Config(activation_function="gelu")`; GPT-2's own default is the tanh approximation), dropout 0, the output head
 tied to the token embedding, and `sdpa` attention. What differs is only how each computes it: all three fuse Q, K and
-V into one product; GPT-2's `Conv1D` stores weights in x out, Turner and the minimal GPT use `nn.Linear` (out x in),
-and Turner's decoding loop stores its widening weights in x out for the loop's duration
-(`input_major_widening_weights`).
+V into one product; GPT-2's `Conv1D` stores weights in x out, Turner and the minimal GPT use `nn.Linear` (out x in).
 
 Matching (image classifiers): ViT's patch embedding, class token, learned positions, pre-norm blocks, final
 LayerNorm and a linear head on the class token; `ViTConfig(hidden_act="gelu")`, `qkv_bias=True`, no pooler.

@@ -80,6 +80,11 @@ def check_model_dir(model_dir: Path) -> str | None:
         missing.append("*.safetensors (the weights)")
     if not any((model_dir / name).is_file() for name in PROCESSOR_FILES):
         missing.append("a tokenizer or image processor (tokenizer.json or preprocessor_config.json)")
+    if (model_dir / "modeling_turner.py").is_file():
+        from transformers.dynamic_module_utils import get_relative_imports
+
+        siblings = [f"{name}.py" for name in get_relative_imports(model_dir / "modeling_turner.py")]
+        missing += [f"{name} (imported by modeling_turner.py)" for name in siblings if not (model_dir / name).is_file()]
     if missing:
         return "it lacks " + "; ".join(missing)
     config = json.loads((model_dir / "config.json").read_text())

@@ -10,7 +10,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from turner_tfm import TurnerForCausalLM
-from turner_tfm.modeling_turner import TurnerDynamicLayer
+from turner_tfm.generation_turner import TurnerDynamicLayer
 
 from .tiny import random_ids, text_config
 

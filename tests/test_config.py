@@ -1,9 +1,18 @@
-"""TurnerConfig: HF's standard fields, derived defaults, and a clear ValueError for every invalid value."""
+"""TurnerConfig: HF's standard fields, derived defaults, and a clear error for every invalid value (a ValueError and
+huggingface_hub's strict-dataclass error), whether it is built with it, assigned it later, or saved with it."""
 
+import dataclasses
 import json
+import pickle
+import tempfile
+from pathlib import Path
 
 import pytest
-from transformers import AutoConfig
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.activations import ACT2FN
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
@@ -213,4 +222,182 @@ def test_keys_transformers_reads_are_not_reported_as_unknown(key):
     logger = logging.get_logger("turner_tfm.configuration_turner")
     with CaptureLogger(logger) as captured:
         text_config(**{key: None, "hiden_size": 3})  # and one typo, which must be reported
-    assert "unknown fields ['hiden_size']" in captured.out
+    assert "unknown fields ['hiden_size'] (did you mean ['hidden_size']?)" in captured.out
+
+
+def test_refusals_are_value_errors_and_the_strict_dataclass_errors_transformers_configs_raise():
+    with pytest.raises(StrictDataclassFieldValidationError) as field_error:
+        text_config(hidden_dropout=7)
+    with pytest.raises(StrictDataclassClassValidationError) as rule_error:
+        text_config(hidden_size=30)
+    for error in (field_error.value, rule_error.value):
+        assert isinstance(error, ValueError)
+        copied = pickle.loads(pickle.dumps(error))  # e.g. raised in a DataLoader worker
+        assert type(copied) is type(error) and str(copied) == str(error)
+    assert str(field_error.value) == "TurnerConfig: `hidden_dropout`=7 is invalid; it must be a probability in [0, 1)."
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("hidden_dropout", 7, "probability in [0, 1)"),
+        ("attention_dropout", -0.5, "probability in [0, 1)"),
+        ("num_attention_heads", 0, "positive integer"),
+        ("hidden_size", 32.0, "positive integer"),
+        ("head_dim", -4, "positive integer"),
+        ("norm_position", "middle", "choose one of ['pre', 'post']"),
+        ("mlp_hidden_layers", 3, "choose one of [1, 2]"),
+        ("classifier_pooling", "max", "choose one of ['cls', 'mean', 'last']"),
+        ("use_pooler", "yes", "True or False"),
+        ("hidden_act", "swishy", "gelu"),
+        ("eos_token_id", "2", "token id"),
+    ],
+)
+def test_an_invalid_assignment_after_construction_is_refused_at_once(field, value, allowed):
+    config = text_config()
+    before = getattr(config, field)
+    with pytest.raises(StrictDataclassFieldValidationError) as error:
+        setattr(config, field, value)
+    assert isinstance(error.value, ValueError)
+    assert f"`{field}`={value!r}" in str(error.value) and allowed in str(error.value)
+    assert getattr(config, field) == before  # refused, not applied
+
+
+@pytest.mark.parametrize(
+    ("make", "changes", "field", "allowed"),
+    [
+        # the issue's case: heads that no longer divide hidden_size=32, with K = D / H to be derived again
+        (text_config, {"num_attention_heads": 5, "head_dim": None}, "hidden_size", "num_attention_heads=5"),
+        (text_config, {"use_pooler": True}, "use_pooler", "classifier_pooling='cls'"),
+        (text_config, {"classifier_pooling": "cls"}, "classifier_pooling", "is_causal=False"),
+        (text_config, {"position_embedding_type": "rotary", "head_dim": 9}, "head_dim", "even head_dim"),
+        (text_config, {"position_embedding_size": 8}, "position_embedding_size", "position_embedding_combine='add'"),
+        (text_config, {"position_embedding_combine": "concat"}, "tie_word_embeddings", "tie_word_embeddings=False"),
+        (text_config, {"vocab_size": 2}, "eos_token_id", "token id in [0, 2)"),
+        (image_config, {"patch_size": 5}, "patch_size", "divide image_size=16"),
+        (image_config, {"image_size": 32}, "max_position_embeddings", "65 positions"),
+        (image_config, {"type_vocab_size": 2}, "type_vocab_size", "no token types"),
+    ],
+    ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
+)
+def test_a_config_made_invalid_across_fields_is_refused_by_save_before_anything_is_written(
+    make, changes, field, allowed, tmp_path
+):
+    config = make()
+    for name, value in changes.items():
+        setattr(config, name, value)  # each value alone is valid, so each assignment passes
+    folder = tmp_path / "saved"
+    with pytest.raises(StrictDataclassClassValidationError) as error:
+        config.save_pretrained(folder)
+    assert isinstance(error.value, ValueError)
+    assert f"`{field}`" in str(error.value) and allowed in str(error.value)
+    assert not (folder / "config.json").exists() and not folder.exists()
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        config.validate()
+
+
+def test_a_derived_field_set_back_to_none_is_derived_again_when_the_saved_config_loads(tmp_path):
+    config = text_config()
+    config.num_attention_heads, config.head_dim, config.intermediate_size = 8, None, None
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.num_attention_heads, loaded.head_dim, loaded.intermediate_size) == (8, 4, 128)
+
+
+# A strategy for each TurnerConfig field: values the field accepts on its own (some combinations are refused)
+FIELD_VALUES = {
+    "vocab_size": st.integers(3, 200),
+    "hidden_size": st.sampled_from([8, 16, 24, 32, 48]),
+    "num_hidden_layers": st.integers(1, 4),
+    "num_attention_heads": st.sampled_from([1, 2, 4, 8]),
+    "head_dim": st.none() | st.integers(1, 16),
+    "intermediate_size": st.none() | st.integers(1, 100),
+    "hidden_act": st.sampled_from(sorted(ACT2FN)),
+    "max_position_embeddings": st.none() | st.integers(1, 4096),
+    "layer_norm_eps": st.floats(min_value=1e-12, max_value=1.0) | st.integers(1, 3),
+    "initializer_range": st.floats(min_value=1e-6, max_value=1.0) | st.just(1),
+    "hidden_dropout": st.floats(min_value=0.0, max_value=1.0, exclude_max=True) | st.just(0),
+    "attention_dropout": st.floats(min_value=0.0, max_value=1.0, exclude_max=True) | st.just(0),
+    "classifier_dropout": st.floats(min_value=0.0, max_value=1.0, exclude_max=True) | st.just(0),
+    "attention_bias": st.booleans(),
+    "mlp_bias": st.booleans(),
+    "is_causal": st.none() | st.booleans(),
+    "position_embedding_type": st.sampled_from(["learned", "sinusoidal", "rotary", "none"]),
+    "position_embedding_combine": st.sampled_from([None, "add", "concat"]),
+    "position_embedding_size": st.none() | st.integers(1, 7),
+    "rope_theta": st.floats(min_value=1.0, allow_infinity=True) | st.integers(1, 10**6),
+    "share_query_key": st.booleans(),
+    "normalization": st.sampled_from(["layernorm", "rmsnorm", "batchnorm"]),
+    "norm_position": st.sampled_from(["pre", "post"]),
+    "mlp_hidden_layers": st.sampled_from([1, 2]),
+    "embedding_layer_norm": st.booleans(),
+    "type_vocab_size": st.integers(0, 3),
+    "classifier_pooling": st.sampled_from([None, "cls", "mean", "last"]),
+    "use_pooler": st.booleans(),
+    "image_size": st.none() | st.sampled_from([8, 16, 32]),
+    "patch_size": st.sampled_from([1, 2, 4, 8]),
+    "num_channels": st.integers(1, 4),
+    "use_cache": st.booleans(),
+    "tie_word_embeddings": st.none() | st.booleans(),
+    "pad_token_id": st.none() | st.integers(0, 2),
+    "bos_token_id": st.none() | st.integers(0, 2),
+    "eos_token_id": st.none() | st.integers(0, 2) | st.lists(st.integers(0, 2), min_size=1, max_size=3),
+}
+FIELDS = sorted(FIELD_VALUES)
+PROPERTY_SETTINGS = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+
+
+def test_every_field_has_a_strategy():
+    ours = {field.name for field in dataclasses.fields(TurnerConfig)}
+    assert set(FIELD_VALUES) == ours - {field.name for field in dataclasses.fields(PreTrainedConfig)}
+
+
+def built(fields: dict) -> TurnerConfig | None:
+    """TurnerConfig(**fields), or None where it refuses the combination."""
+    try:
+        return TurnerConfig(**fields)
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_whatever_a_valid_config_saves_loads_back_equal(field, data):
+    """For every field, a valid config with it set (and a few others) round-trips save -> AutoConfig.from_pretrained."""
+    others = data.draw(st.lists(st.sampled_from(FIELDS), max_size=3, unique=True), label="others")
+    fields = {name: data.draw(FIELD_VALUES[name], label=name) for name in {field, *others}}
+    config = built(fields)
+    assume(config is not None)
+    with tempfile.TemporaryDirectory() as folder:
+        config.save_pretrained(folder)
+        loaded = AutoConfig.from_pretrained(folder)
+    assert isinstance(loaded, TurnerConfig)
+    assert loaded.to_diff_dict() == config.to_diff_dict()
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_a_config_changed_after_construction_saves_only_what_loads(field, data):
+    """Assign `field` any value it accepts on its own: save_pretrained either refuses, writing nothing, or writes a
+    config that from_pretrained loads, with every field as it was (a derived one set to None is derived again)."""
+    base = data.draw(st.lists(st.sampled_from(FIELDS), max_size=3, unique=True), label="fields built with")
+    config = built({name: data.draw(FIELD_VALUES[name], label=name) for name in base})
+    assume(config is not None)
+    setattr(config, field, data.draw(FIELD_VALUES[field], label="new value"))
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            config.save_pretrained(Path(folder) / "saved")
+        except StrictDataclassClassValidationError as error:
+            assert isinstance(error, ValueError) and str(error).startswith("TurnerConfig: `")
+            assert not (Path(folder) / "saved").exists()
+            with pytest.raises(ValueError):  # and only what from_pretrained would refuse
+                TurnerConfig.from_dict(config.to_dict())
+            return
+        loaded = AutoConfig.from_pretrained(Path(folder) / "saved")
+    for name in FIELDS:
+        if getattr(config, name) is not None:
+            assert getattr(loaded, name) == getattr(config, name), name

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache
-from transformers.generation import CompileConfig
+from transformers.generation import CompileConfig, StoppingCriteria
 
 from turner_tfm import TurnerForCausalLM
 
@@ -127,3 +127,36 @@ def test_training_forward_builds_no_cache(model):
     assert model(random_ids(2, 5), use_cache=True).past_key_values is None
     model.eval()
     assert model(random_ids(2, 5), use_cache=True).past_key_values is not None
+
+
+class EditWeightsOnce(StoppingCriteria):
+    """A stopping criterion that, at the third decoding step, records how every parameter is stored and zeroes
+    `up_proj` of block 0 in place, as a user's hook might."""
+
+    def __init__(self, model: TurnerForCausalLM):
+        self.model, self.calls, self.storage_while_decoding = model, 0, None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == 3:
+            self.storage_while_decoding = parameter_storage(self.model)
+            with torch.no_grad():
+                self.model.model.layers[0].mlp.up_proj.weight.zero_()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+def parameter_storage(model: torch.nn.Module) -> dict[str, tuple]:
+    return {name: (p.data_ptr(), p.stride()) for name, p in model.named_parameters()}
+
+
+def test_generate_never_moves_or_restores_the_models_parameters():
+    """The decoding loop runs on the parameters as the user holds them: the same storage and layout throughout, and
+    an in-place edit made during generation is still there afterwards."""
+    torch.manual_seed(0)
+    model = TurnerForCausalLM(text_config()).eval()
+    before = parameter_storage(model)
+    editor = EditWeightsOnce(model)
+    model.generate(random_ids(2, 5), max_new_tokens=32, do_sample=False, pad_token_id=PAD, stopping_criteria=[editor])
+    assert editor.storage_while_decoding == before
+    assert parameter_storage(model) == before
+    assert not model.model.layers[0].mlp.up_proj.weight.any(), "the edit made during generate() was undone"

@@ -375,3 +375,16 @@ def test_torch_export(case):
     exported = torch.export.export(model, args=(), kwargs=inputs, strict=False)
     with torch.no_grad():
         torch.testing.assert_close(main_output(exported.module()(**inputs)), main_output(model(**inputs)))
+
+
+def test_an_encoder_builds_no_cache_and_a_decoder_builds_one_only_when_asked():
+    """Only a causal model reads its keys and values back (§4.1): a bidirectional model returns no cache even with
+    `use_cache` left at its default, as BERT does; a causal one returns one in eval, none while training."""
+    ids = random_ids(2, 6)
+    encoder = TurnerModel(text_config(is_causal=False)).eval()
+    decoder = TurnerModel(text_config()).eval()
+    with torch.no_grad():
+        assert encoder(ids).past_key_values is None
+        assert decoder(ids).past_key_values is not None
+        assert decoder(ids, use_cache=False).past_key_values is None
+    assert decoder.train()(ids).past_key_values is None

@@ -109,12 +109,6 @@ def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(tmp_path: 
             torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5, msg=f"{case}-{saved}")
 
 
-def test_an_earlier_turners_separate_projections_are_not_loaded_sharded(tmp_path: Path) -> None:
-    output = launch_ranks("separate-projections", "tied:tp", "shared-qk:fsdp", tmp_path=tmp_path)
-    assert_every_rank_said(output, ["tied"], "separate projections refused under tp")
-    assert_every_rank_said(output, ["shared-qk"], "separate projections refused under fsdp")
-
-
 def test_unshardable_configs_are_refused_by_name_before_loading(tmp_path: Path) -> None:
     output = launch_ranks("refuse", "odd-heads:tp", "batchnorm:fsdp", tmp_path=tmp_path)
     assert "rank 1: odd-heads: refused under tp: TurnerConfig: `num_attention_heads`=3 is invalid" in output

@@ -20,7 +20,7 @@ from turner_tfm import (
     TurnerForSequenceClassification,
     TurnerModel,
 )
-from turner_tfm.modeling_turner import AUTO_CLASSES
+from turner_tfm.hub_turner import AUTO_CLASSES
 
 from .tiny import image_config, random_ids, text_config
 

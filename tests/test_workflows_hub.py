@@ -18,10 +18,18 @@ from transformers import (
     AutoModelForImageClassification,
     AutoTokenizer,
 )
+from transformers.dynamic_module_utils import get_relative_imports
+
+from turner_tfm import TurnerForCausalLM, modeling_turner
 
 from .hub_server import HubServer
 from .test_workflows_classifiers import write_digit_folder
+from .tiny import text_config
 from .workflow_utils import TINY_MODEL, run_example, script_env
+
+# the machinery modeling_turner.py imports (`from .x import y`, its config aside), which save_pretrained copies with it
+SIBLING_MODULES = {f"{name}.py" for name in get_relative_imports(modeling_turner.__file__)}
+SIBLING_MODULES -= {"configuration_turner.py"}
 
 TOKEN = "hf_test_token"
 
@@ -104,11 +112,12 @@ def test_a_pushed_language_model_loads_by_repo_id_without_turner_tfm(tmp_path: P
         tmp_path=tmp_path,
         env=hub_env(tmp_path, hub),
     )
-    assert f"pushed 9 files to {hub.url}/alice/tiny-lm" in output
+    assert f"pushed {9 + len(SIBLING_MODULES)} files to {hub.url}/alice/tiny-lm" in output
     assert 'load it anywhere: AutoModelForCausalLM.from_pretrained("alice/tiny-lm", trust_remote_code=True)' in output
 
     files = hub.repos["alice/tiny-lm"].snapshot("main")[1]
     expected = {"config.json", "configuration_turner.py", "modeling_turner.py", "model.safetensors", "README.md"}
+    assert set(files) >= SIBLING_MODULES, "the modules modeling_turner.py imports were not pushed with it"
     assert expected | {"tokenizer.json", "tokenizer_config.json", ".gitattributes"} <= set(files)
     assert files["model.safetensors"].lfs and not files["config.json"].lfs  # weights went through LFS
     config = json.loads(files["config.json"].content)
@@ -170,6 +179,18 @@ def test_push_to_hub_needs_a_valid_token_and_a_complete_folder(tmp_path: Path, h
         expect_failure=True,
     )
     assert "argument --model-dir: 'half' is not valid: it lacks configuration_turner.py" in output
+
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "partial")
+    (tmp_path / "partial" / "tokenizer.json").write_text("{}")
+    ModelCard("---\nlicense: mit\n---\n# m\n").save(tmp_path / "partial" / "README.md")
+    (tmp_path / "partial" / "checks_turner.py").unlink()
+    output = run_example(
+        *("push_to_hub.py", "--model-dir", "partial", "--repo-id", "a/b"),
+        tmp_path=tmp_path,
+        env=hub_env(tmp_path, hub),
+        expect_failure=True,
+    )
+    assert "it lacks checks_turner.py (imported by modeling_turner.py)" in output
 
     folder = tmp_path / "model"
     folder.mkdir()

@@ -10,6 +10,7 @@ from transformers import AutoConfig
 
 from . import modeling_turner
 from .configuration_turner import TurnerConfig
+from .hub_turner import AUTO_CLASSES
 from .modeling_turner import (
     TurnerForCausalLM,
     TurnerForImageClassification,
@@ -22,7 +23,7 @@ __version__ = "0.1.0"
 
 AutoConfig.register(TurnerConfig.model_type, TurnerConfig, exist_ok=True)
 TurnerConfig.register_for_auto_class()
-for _classes in modeling_turner.AUTO_CLASSES.values():
+for _classes in AUTO_CLASSES.values():
     for _auto_name, _class_name in _classes.items():
         _model_class = getattr(modeling_turner, _class_name)
         getattr(transformers, _auto_name).register(TurnerConfig, _model_class, exist_ok=True)

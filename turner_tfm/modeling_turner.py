@@ -4,29 +4,21 @@ Notation. The paper writes the token matrix X as D x N (features down, tokens ac
 laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X A` of eq. 2 becomes `A^T X^T`.
 
 Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
-own their projection, pooling and loss; the backbone knows nothing of tasks. The checks of user inputs come last.
+own their projection, pooling and loss; the backbone knows nothing of tasks.
 
-This file imports only torch, transformers (with safetensors, which transformers requires) and
-`.configuration_turner`, so the copy `save_pretrained` writes next to the weights runs without `turner_tfm`. It reads
-and writes no files itself: loading and saving go through `transformers`, and only ever as safetensors.
+This file is the paper's block. The machinery around it lives in sibling modules, imported as `from .x import y` so
+that `save_pretrained` copies them beside it and a saved folder runs without `turner_tfm`: `checks_turner` (clear
+errors for bad inputs), `generation_turner` (the appending cache, generate() hooks), `parallel_turner` (tensor
+parallel and FSDP), `hub_turner` (remote code on save), `packing_turner` (packed rows for the classifier).
 """
 
-import contextlib
-import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
-from safetensors import SafetensorError
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import Concatenate, WeightConverter, WeightRenaming
-from transformers.distributed import DistributedConfig
-from transformers.distributed.utils import is_dtensor
-from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import (
     create_bidirectional_mask,
     create_causal_mask,
@@ -44,10 +36,21 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.import_utils import is_torch_distributed_available, is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
+from .checks_turner import (
+    check_causal_lm_labels,
+    check_classification_labels,
+    check_image_inputs,
+    check_modality,
+    check_position_ids,
+    check_text_forward,
+)
 from .configuration_turner import TurnerConfig
+from .generation_turner import TurnerGenerationMixin, appending_cache
+from .hub_turner import TurnerHubMixin
+from .packing_turner import packed_sequence_index, padding_mask_or_packed_row, pool_packed_sequences
+from .parallel_turner import TurnerParallelMixin
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -179,7 +182,6 @@ class TurnerPatchEmbeddings(nn.Module):
         super().__init__()
         self.image_size = config.image_size
         self.patch_size = config.patch_size
-        self.num_channels = config.num_channels
         self.combine = config.position_embedding_combine
         width = config.token_embedding_size
         self.patch_embed = nn.Conv2d(
@@ -190,7 +192,6 @@ class TurnerPatchEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False) -> torch.Tensor:
-        self._check_pixel_values(pixel_values, interpolate_pos_encoding)
         pixel_values = pixel_values.to(self.patch_embed.weight.dtype)
         patch_grid = self.patch_embed(pixel_values)
         patches = patch_grid.flatten(2).transpose(1, 2)
@@ -212,28 +213,6 @@ class TurnerPatchEmbeddings(nn.Module):
         resized = nn.functional.interpolate(patch_table.float(), size=tuple(grid), mode="bicubic", align_corners=False)
         resized = resized.to(table.dtype).permute(0, 2, 3, 1).reshape(-1, table.shape[-1])
         return torch.cat([table[:1], resized])
-
-    def _check_pixel_values(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool) -> None:
-        channels, size, patch = self.num_channels, self.image_size, self.patch_size
-        if pixel_values.ndim != 4 or pixel_values.shape[0] == 0 or pixel_values.shape[1] != channels:
-            raise _invalid_input(
-                "pixel_values", _shape(pixel_values), f"expected (batch >= 1, {channels}, height, width)"
-            )
-        height, width = pixel_values.shape[2:]
-        if interpolate_pos_encoding:
-            if height % patch or width % patch or height == 0 or width == 0:
-                raise _invalid_input(
-                    "pixel_values",
-                    _shape(pixel_values),
-                    f"height and width must be positive multiples of patch_size={patch}",
-                )
-        elif (height, width) != (size, size):
-            raise _invalid_input(
-                "pixel_values",
-                _shape(pixel_values),
-                f"the model was built for {size}x{size} images (image_size); resize them, or pass "
-                "interpolate_pos_encoding=True to resize the position embeddings instead",
-            )
 
 
 def eager_attention_forward(
@@ -265,8 +244,7 @@ class TurnerAttention(nn.Module):
     `qkv_proj` stacks, one above the other, the H matrices U_q,h, then the U_k,h, then the U_v,h (each K x D), so one
     matrix product gives every head's queries, keys and values; `V_h = U_h U_v,h` (footnote 13) is the value part
     followed by `o_proj` acting on the concatenated heads. With `share_query_key` there is no key part: U_k = U_q,
-    the symmetric attention of the paper's first construction (footnote 9). Checkpoints of earlier Turners, with
-    separate `q_proj`, `k_proj` and `v_proj`, load stacked (`StackProjections`).
+    the symmetric attention of the paper's first construction (footnote 9).
     """
 
     def __init__(self, config: TurnerConfig, layer_idx: int):
@@ -379,219 +357,7 @@ class TurnerBlock(GradientCheckpointingLayer):
         return norm(x + self.dropout(sublayer(x)))
 
 
-class TurnerDynamicLayer(DynamicLayer):
-    """A `DynamicCache` layer that appends in place (§4.1's incremental property: earlier keys and values never
-    change, so a new token need not copy them).
-
-    `DynamicLayer` concatenates, copying the whole cache for every new token (O(N^2) copying over a generation, a
-    fresh allocation each step). Here keys and values are views of the first N rows of a buffer that doubles when
-    full, so a token costs one write and total copying stays under twice the final length. Whatever else replaces
-    `keys` (crop, beam reordering, batch selection, offloading) is respected: a prefix of the buffer keeps it, anything
-    else starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
-    """
-
-    min_capacity = 256
-    _key_buffer: torch.Tensor | None = None  # set by the first update
-    _value_buffer: torch.Tensor | None = None
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if is_torchdynamo_compiling() or (torch.is_grad_enabled() and key_states.requires_grad):
-            return super().update(key_states, value_states, *args, **kwargs)
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        length = self.get_seq_length()
-        if not self._buffers_hold(length, key_states, value_states):
-            self._new_buffers(length, key_states, value_states)
-        end = length + key_states.shape[-2]
-        self._key_buffer[..., length:end, :] = key_states
-        self._value_buffer[..., length:end, :] = value_states
-        self.keys, self.values = self._key_buffer[..., :end, :], self._value_buffer[..., :end, :]
-        return self.keys, self.values
-
-    def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
-        """The buffers hold the cache as their first `length` rows, with room for the new states."""
-        buffers = self._key_buffer, self._value_buffer
-        if buffers[0] is None or length + key_states.shape[-2] > buffers[0].shape[-2]:
-            return False
-        if buffers[0].is_inference() and not torch.is_inference_mode_enabled():
-            return False  # an inference tensor cannot be written outside inference mode
-        return all(
-            _is_prefix(cached, buffer, new)
-            for cached, buffer, new in zip((self.keys, self.values), buffers, (key_states, value_states), strict=True)
-        )
-
-    def _new_buffers(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        capacity = max(2 * (length + key_states.shape[-2]), self.min_capacity)
-        self._key_buffer, self._value_buffer = (
-            new.new_empty((*new.shape[:-2], capacity, new.shape[-1])) for new in (key_states, value_states)
-        )
-        if length:
-            self._key_buffer[..., :length, :] = self.keys
-            self._value_buffer[..., :length, :] = self.values
-
-
-def _is_prefix(cached: torch.Tensor, buffer: torch.Tensor, new: torch.Tensor) -> bool:
-    """`cached` is empty or the buffer's first rows (same storage, start and strides), and `new` fits beside it."""
-    fits = (
-        new.shape[:-2] == buffer.shape[:-2]
-        and new.shape[-1] == buffer.shape[-1]
-        and (new.dtype, new.device) == (buffer.dtype, buffer.device)
-    )
-    if not fits or cached.numel() == 0:
-        return fits
-    return (
-        cached.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
-        and cached.storage_offset() == buffer.storage_offset()
-        and cached.stride() == buffer.stride()
-        and cached.shape[:-2] == buffer.shape[:-2]
-        and cached.shape[-1] == buffer.shape[-1]
-    )
-
-
-def appending_cache(cache: Cache) -> Cache:
-    """`cache` with its empty `DynamicLayer`s replaced by `TurnerDynamicLayer`s (other layer kinds are kept)."""
-    cache.layers = [
-        TurnerDynamicLayer() if type(layer) is DynamicLayer and not layer.is_initialized else layer
-        for layer in cache.layers
-    ]
-    return cache
-
-
-_layout_lock = threading.Lock()
-INPUT_MAJOR_MIN_NEW_TOKENS = 16
-
-
-def widening_cpu_weights(model: nn.Module) -> list[nn.Parameter]:
-    """The plain CPU weights of the blocks' `nn.Linear`s with at least as many outputs as inputs."""
-    return [
-        linear.weight
-        for module in model.modules()
-        if isinstance(module, (TurnerAttention, TurnerMLP))
-        for linear in module.children()
-        if type(linear) is nn.Linear
-        and linear.out_features >= linear.in_features
-        and type(linear.weight.data) is torch.Tensor
-        and linear.weight.device.type == "cpu"
-    ]
-
-
-@contextlib.contextmanager
-def input_major_widening_weights(model: nn.Module) -> Iterator[None]:
-    """On the CPU, the blocks' widening (and square) `nn.Linear` weights stored input-major while inside, as GPT-2's
-    `Conv1D` stores them: same values, shapes and parameters, memory laid out as W^T; restored on exit.
-
-    A decoding step multiplies one row per sequence by every weight. On MKL the product `x @ W^T` is faster when W^T
-    is contiguous and W has at least as many outputs as inputs (`qkv_proj`, `o_proj`, `up_proj`); the narrowing
-    `down_proj` is faster as it is. The copy costs about one pass over those weights per `generate()` call and is
-    held only while the loop runs. Sharded, quantized and adapter-wrapped layers are left alone; nested or
-    concurrent `generate()` calls share one copy (the last to leave restores the weights).
-    """
-    with _layout_lock:
-        users = getattr(model, "_input_major_users", 0)
-        if users == 0:
-            model._row_major_weights = [(weight, weight.data) for weight in widening_cpu_weights(model)]
-            for weight, data in model._row_major_weights:
-                weight.data = data.t().contiguous().t()
-        model._input_major_users = users + 1
-    try:
-        yield
-    finally:
-        with _layout_lock:
-            model._input_major_users -= 1
-            if model._input_major_users == 0:
-                for weight, data in model.__dict__.pop("_row_major_weights"):
-                    weight.data = data
-
-
-def gather_attention_heads(module: TurnerAttention, args: tuple, output: tuple) -> tuple:
-    """Under tensor parallelism each rank computes A for its own heads: the attention weights it returns (eager
-    attention, `output_attentions=True`) are every head's, gathered from all ranks, as in one process."""
-    attn_output, attn_weights = output
-    if attn_weights is None:
-        return output
-    from torch.distributed.tensor import DTensor, Shard
-
-    mesh = module.qkv_proj.weight.device_mesh
-    return attn_output, DTensor.from_local(attn_weights, mesh, [Shard(1)], run_check=False).full_tensor()
-
-
-class StackProjections(Concatenate):
-    """Loading a checkpoint of an earlier Turner, which held `q_proj`, `k_proj` and `v_proj` (no `k_proj` with
-    `share_query_key`) as separate matrices: they are stacked into `qkv_proj`. A projection missing, or present
-    where the config has no place for it, is an error naming it; so is loading such a checkpoint sharded, since
-    transformers would shard each matrix alone and stack the shards out of order."""
-
-    def convert(self, input_dict: dict, source_patterns: list[str], target_patterns: list[str], **kwargs) -> dict:
-        config, target = kwargs["config"], kwargs["full_layer_name"]
-        expected = [pattern for pattern in source_patterns if not (config.share_query_key and "k_proj" in pattern)]
-        if missing := [pattern for pattern in expected if pattern not in input_dict]:
-            raise ValueError(f"the checkpoint has no {missing} to stack into {target}")
-        if extra := sorted(set(input_dict) - set(expected)):
-            raise ValueError(f"the checkpoint has {extra}, but the config has share_query_key=True (U_k = U_q)")
-        if is_dtensor(kwargs["model"].get_parameter(target)):
-            raise ValueError(
-                f"the checkpoint holds {expected} as separate matrices, which cannot be loaded sharded into {target}: "
-                "load it in one process and save_pretrained it once (which stores them stacked), then load that"
-            )
-        return super().convert(input_dict, source_patterns, target_patterns, **kwargs)
-
-
-class SeparateProjections(WeightConverter):
-    """`StackProjections` on loading; saving writes `qkv_proj` as it is (nothing to reverse)."""
-
-    def reverse_transform(self) -> WeightRenaming:
-        return WeightRenaming(self._original_target_patterns, self._original_target_patterns)
-
-
-register_checkpoint_conversion_mapping(
-    TurnerConfig.model_type,
-    [
-        SeparateProjections(
-            source_patterns=["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            target_patterns="self_attn.qkv_proj",
-            operations=[StackProjections(dim=0)],
-        )
-    ],
-    overwrite=True,
-)
-
-if is_torch_distributed_available():
-    from torch.distributed.tensor import distribute_tensor
-    from torch.distributed.tensor.placement_types import _StridedShard
-    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, PackedColwiseParallel
-
-    class StackedHeadsColwiseParallel(PackedColwiseParallel):
-        """Tensor-parallel style of `qkv_proj`: rank r holds the same whole heads (chunk r) of each of the
-        `split_factor` stacked projections, weights and bias alike, and computes its heads' q, k and v."""
-
-        def shard_param(self, module: nn.Module, param: str, mesh) -> None:
-            meta = module._parameters.get(param)
-            if meta is not None:
-                placement = _StridedShard(dim=0, split_factor=self.split_factor)
-                sharded = distribute_tensor(meta, mesh, [placement], src_data_rank=None)
-                module._parameters[param] = nn.Parameter(sharded, requires_grad=meta.requires_grad)
-
-    for projections in (2, 3):
-        ALL_PARALLEL_STYLES.register(
-            f"stacked_heads_colwise_{projections}", StackedHeadsColwiseParallel(split_factor=projections)
-        )
-
-
-# The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
-# them all, and every saved folder names its modality's in `auto_map`, whichever class was saved.
-AUTO_CLASSES = {
-    False: {
-        "AutoModel": "TurnerModel",
-        "AutoModelForCausalLM": "TurnerForCausalLM",
-        "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
-    },
-    True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
-}
-
-
-class TurnerPreTrainedModel(PreTrainedModel):
+class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel):
     config: TurnerConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -603,67 +369,6 @@ class TurnerPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        """A class torch makes at run time around a Turner model (FSDP2's `FSDP<Name>`) keeps the model's module and
-        name, so `save_pretrained` of a sharded model copies this file and writes the model's own class into
-        `auto_map`, not torch's FSDP sources and a class nobody can import."""
-        super().__init_subclass__(**kwargs)
-        if cls.__module__.startswith("torch."):
-            model_class = next(base for base in cls.__mro__[1:] if issubclass(base, TurnerPreTrainedModel))
-            cls.__module__, cls.__name__, cls.__qualname__ = (
-                model_class.__module__,
-                model_class.__name__,
-                model_class.__qualname__,
-            )
-
-    @classmethod
-    def from_pretrained(
-        cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs
-    ) -> "TurnerPreTrainedModel":
-        """`PreTrainedModel.from_pretrained`, with a damaged weights file reported as such and where it is."""
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except SafetensorError as error:
-            raise ValueError(
-                f"The weights of {str(pretrained_model_name_or_path)!r} cannot be read: the safetensors file is "
-                f"truncated or corrupted ({error}). Save or download the checkpoint again."
-            ) from error
-
-    def _resolve_parallel_plans(self, distributed_config: DistributedConfig) -> tuple[dict, dict, dict]:
-        """transformers' plan resolution for `from_pretrained(distributed_config=...)`, run before any weight loads:
-        first refuse a sharding this config cannot take without changing its numbers.
-
-        Under FSDP a tied `lm_head` is tied here, before sharding: FSDP2 must see one shared parameter (transformers
-        ties only after loading, by which time FSDP would hold, and train, a second, stale copy of the head).
-        """
-        self.config.check_parallelism(distributed_config.tp_size, distributed_config.dp_size)
-        if distributed_config.dp_size > 1:
-            self.tie_weights()
-        if distributed_config.tp_size > 1:
-            for module in self.modules():
-                if isinstance(module, TurnerAttention):
-                    module.register_forward_hook(gather_attention_heads, prepend=True)
-        return super()._resolve_parallel_plans(distributed_config)
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """`PreTrainedModel.save_pretrained`, with `auto_map` naming every Auto class of the model's modality, so
-        `AutoModel` (feature extraction, sentence-transformers, serving engines) and every head load the folder with
-        `trust_remote_code=True`, whichever class saved it."""
-        if self.is_remote_code():
-            module = type(self).__module__.rsplit(".", 1)[-1]
-            classes = AUTO_CLASSES[self.config.is_image_model]
-            self.config.auto_map = {
-                **(getattr(self.config, "auto_map", None) or {}),
-                **{auto: f"{module}.{name}" for auto, name in classes.items()},
-            }
-        super().save_pretrained(save_directory, *args, **kwargs)
-
-    def _require_modality(self, config: TurnerConfig, image: bool) -> None:
-        """A text head needs a text config and the image head an image config (`image_size` set)."""
-        if config.is_image_model != image:
-            wanted = "an image config (set image_size)" if image else "a text config (image_size=None)"
-            raise ValueError(f"{type(self).__name__} needs {wanted}; got image_size={config.image_size!r}.")
 
     def _init_weights(self, module: nn.Module) -> None:
         """Normal(0, initializer_range) for every matrix, ones and zeros for the norms (HF's defaults)."""
@@ -724,7 +429,8 @@ class TurnerModel(TurnerPreTrainedModel):
         """
         packed = position_ids is not None and attention_mask is None  # a packed row: positions restart per sequence
         if self.config.is_image_model:
-            hidden_states = self._embed_image(pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
+            check_image_inputs(self.config, pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
+            hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding)
             use_cache = False
         else:
             hidden_states, past_key_values, position_ids = self._embed_text(
@@ -760,42 +466,21 @@ class TurnerModel(TurnerPreTrainedModel):
         past_key_values: Cache | None,
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        check_text_inputs(self.config, input_ids, inputs_embeds, values=not self.decoding)
-        check_token_type_ids(
-            self.config,
-            token_type_ids,
-            (input_ids if input_ids is not None else inputs_embeds).shape[:2],
-            values=not self.decoding,
+        if use_cache and past_key_values is None and self.config.is_causal and not self.training:
+            # only a causal model reads its keys and values back (§4.1), and never while training
+            past_key_values = appending_cache(DynamicCache(config=self.config))
+        past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+        total_length = check_text_forward(
+            self.config, input_ids, inputs_embeds, token_type_ids, attention_mask, past_seen, values=not self.decoding
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
-        if use_cache and past_key_values is None and not self.training:  # training never reads a cache back
-            past_key_values = appending_cache(DynamicCache(config=self.config))
-        past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-        total_length = _host_int(past_seen + inputs_embeds.shape[1])
-        if total_length is not None:
-            check_attention_mask(attention_mask, inputs_embeds.shape[0], total_length)
         derived_positions = position_ids is None or self.decoding
         if position_ids is None:
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
-            position_ids = position_ids.unsqueeze(0)
-        self._check_positions(position_ids, total_length, derived_positions)
+            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen).unsqueeze(0)
+        check_position_ids(self.config, position_ids, total_length, derived_positions)
         hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
         return hidden_states, past_key_values, position_ids
-
-    def _embed_image(
-        self,
-        pixel_values: torch.Tensor | None,
-        input_ids: torch.Tensor | None,
-        inputs_embeds: torch.Tensor | None,
-        interpolate_pos_encoding: bool,
-    ) -> torch.Tensor:
-        if pixel_values is None or input_ids is not None or inputs_embeds is not None:
-            raise ValueError(
-                "This is an image model (config.image_size is set): pass `pixel_values` only, not `input_ids` or "
-                "`inputs_embeds`."
-            )
-        return self.embeddings(pixel_values, interpolate_pos_encoding)
 
     def _rotations(
         self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None
@@ -837,23 +522,6 @@ class TurnerModel(TurnerPreTrainedModel):
             and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
         )
 
-    def _check_positions(self, position_ids: torch.Tensor, total_length: int | None, derived: bool) -> None:
-        """Learned positions stop at `max_position_embeddings`. Positions derived from the sequence (here, or by
-        generate()) never exceed its length, so within the table they need no read."""
-        if self.config.position_embedding_type != "learned":
-            return
-        limit = self.config.max_position_embeddings
-        if derived and total_length is not None and total_length <= limit:
-            return
-        _check_range(
-            "position_ids",
-            position_ids,
-            0,
-            limit,
-            f"learned position embeddings cover positions 0..{limit - 1} (max_position_embeddings): shorten the "
-            "input (with the cache: prompt + generated tokens), or use position_embedding_type='sinusoidal'",
-        )
-
 
 class TurnerPooler(nn.Module):
     """BERT's pooler: a dense layer and tanh on the first (real) token's final representation."""
@@ -875,28 +543,19 @@ def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor |
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
 
 
-class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
+class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
     """§4.1: the masked body and the head `p(w_n = w | x_{n-1}) = softmax(g_w^T x_{n-1})`, `lm_head` holding g_w."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _fsdp_plan = {"lm_head": "keep_full_weight"}
-    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._require_modality(config, image=False)
+        check_modality(type(self).__name__, config, image=False)
         self.model = TurnerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def init_parallel_plans(self) -> None:
-        """The plans of the backbone and the head; a tied embedding and `lm_head` share one weight, which FSDP2
-        keeps in one group: the root's, not a group of the embedding's own."""
-        super().init_parallel_plans()
-        if self.config.tie_word_embeddings:
-            self._fsdp_plan.pop("model.embeddings.embed_tokens", None)
-            self._fsdp_plan.pop("lm_head", None)
 
     @can_return_tuple
     def forward(
@@ -944,35 +603,6 @@ class TurnerForCausalLM(TurnerPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,
         )
 
-    def _prepare_cache_for_generation(
-        self, generation_config: GenerationConfig, model_kwargs: dict, *args, **kwargs
-    ) -> None:
-        """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
-        and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        self._new_tokens = generation_config.max_new_tokens  # for _optimize_model_for_decode
-        cache = model_kwargs.get("past_key_values")
-        if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
-            appending_cache(cache)
-
-    @contextlib.contextmanager
-    def _optimize_model_for_decode(self) -> Iterator[None]:
-        """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
-        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual.
-
-        When it will decode at least `INPUT_MAJOR_MIN_NEW_TOKENS` tokens (or an unstated number), the loop runs with
-        `input_major_widening_weights`: their copy costs about two tokens' products and saves about a tenth of each
-        token's."""
-        new_tokens = getattr(self, "_new_tokens", None)
-        long_enough = new_tokens is None or new_tokens >= INPUT_MAJOR_MIN_NEW_TOKENS
-        layout = input_major_widening_weights(self) if long_enough else contextlib.nullcontext()
-        decoding, self.model.decoding = self.model.decoding, True
-        try:
-            with super()._optimize_model_for_decode(), layout:
-                yield
-        finally:
-            self.model.decoding = decoding
-
 
 def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
     """One vector per sequence: the first real token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
@@ -993,46 +623,11 @@ def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor
     return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_real]
 
 
-def pool_packed_sequences(hidden_states: torch.Tensor, sequence_index: torch.Tensor, pooling: str) -> torch.Tensor:
-    """`pool_hidden_states` for a packed row (`hidden_states` of shape `(1, total, D)`): one vector per sequence, each
-    pooled from its own tokens alone. `sequence_index` `(1, total)` numbers the sequence of each token, as transformers'
-    `find_packed_sequence_indices` reads it from positions that restart at every sequence."""
-    tokens, index = hidden_states[0], sequence_index[0]
-    members = index == torch.arange(int(index[-1]) + 1, device=index.device).unsqueeze(1)  # (sequences, total)
-    if pooling == "mean":
-        weights = members.to(tokens.dtype)
-        return weights @ tokens / weights.sum(dim=1, keepdim=True)
-    first = members.to(torch.long).argmax(dim=1)
-    return tokens[first] if pooling == "cls" else tokens[first + members.sum(dim=1) - 1]
-
-
-def packed_sequence_index(
-    position_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-) -> torch.Tensor | None:
-    """The sequence of each token when the input is a packed row (`DataCollatorWithFlattening`: one row, positions
-    restarting at every sequence, no attention mask), else None."""
-    inputs = input_ids if input_ids is not None else inputs_embeds
-    if position_ids is None or attention_mask is not None or inputs is None:
-        return None
-    sequence_index = find_packed_sequence_indices(position_ids.reshape(-1, position_ids.shape[-1]))
-    batch_size = inputs.shape[0]
-    if sequence_index is not None and batch_size * sequence_index.shape[0] != 1:
-        raise _invalid_input(
-            "position_ids",
-            f"{_shape(position_ids)} for a batch of {batch_size}, restarting inside a row,",
-            "a packed batch is one row (batch 1) of sequences end to end; pad several rows and pass an attention_mask",
-        )
-    return sequence_index
-
-
 class _TurnerClassifierMixin:
     """What the two classifiers share: a backbone, pooling (`config.classifier_pooling`), a linear head, the loss."""
 
     def _build_classifier(self, config: TurnerConfig, image: bool) -> None:
-        self._require_modality(config, image)
+        check_modality(type(self).__name__, config, image)
         self.num_labels = config.num_labels
         self.model = TurnerModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
@@ -1092,10 +687,7 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label);
             for a packed row, `batch` is its number of sequences.
         """
-        pad_token_id = self.config.pad_token_id
-        if attention_mask is None and input_ids is not None and pad_token_id is not None:
-            padding = input_ids == pad_token_id  # positions with neither a mask nor padding may be a packed row
-            attention_mask = (~padding).long() if position_ids is None or bool(padding.any()) else None
+        attention_mask = padding_mask_or_packed_row(input_ids, attention_mask, position_ids, self.config.pad_token_id)
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
         outputs = self.model(
             input_ids=input_ids,
@@ -1147,148 +739,6 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-
-
-# --- input checks: clear errors for what users pass in (the model above calls them) ---------------------------
-
-
-def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"`{name}` {value} is invalid: {allowed}.")
-
-
-def _shape(tensor: torch.Tensor) -> str:
-    return f"of shape {tuple(tensor.shape)}"
-
-
-def _shape_and_dtype(tensor: torch.Tensor) -> str:
-    return f"{_shape(tensor)} and dtype {tensor.dtype}"
-
-
-def _checks_enabled(tensor: torch.Tensor) -> bool:
-    """Value checks read the tensor, so they run only where that is free: on the CPU (on an accelerator a read is a
-    device sync, and the embedding lookup's own bounds check stands in), and never while tracing for torch.compile."""
-    return tensor.device.type == "cpu" and tensor.numel() > 0 and not is_torchdynamo_compiling()
-
-
-def _host_int(value: int | torch.Tensor) -> int | None:
-    """A length as a Python int, or None while tracing or where reading it would sync a device (a static cache's
-    counter on an accelerator)."""
-    if is_torchdynamo_compiling():
-        return None
-    if isinstance(value, torch.Tensor):
-        return int(value) if value.device.type == "cpu" else None
-    return value
-
-
-def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
-    """Raise unless every value (other than `ignore`) lies in [low, high)."""
-    if not _checks_enabled(values):
-        return
-    if ignore is not None:
-        values = values.masked_fill(values == ignore, low)
-    smallest, largest = (int(extreme) for extreme in torch.aminmax(values))
-    if smallest < low or largest >= high:
-        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
-
-
-def check_text_inputs(
-    config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, values: bool = True
-) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary
-    (unless `values` is False: ids the model produced itself)."""
-    if (input_ids is None) == (inputs_embeds is None):
-        given = "both" if input_ids is not None else "neither"
-        raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
-    if input_ids is not None:
-        if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
-            raise _invalid_input(
-                "input_ids",
-                _shape_and_dtype(input_ids),
-                "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
-            )
-        if values:
-            _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
-    elif (
-        inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
-    ):
-        raise _invalid_input(
-            "inputs_embeds",
-            _shape(inputs_embeds),
-            f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
-        )
-
-
-def check_token_type_ids(
-    config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size, values: bool = True
-) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment).
-
-    `values=False` checks the shape only (generate() repeats the types it was given, checked on the first step)."""
-    if token_type_ids is None:
-        return
-    if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
-        raise _invalid_input(
-            "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
-        )
-    if config.type_vocab_size:
-        allowed = f"types must be in [0, {config.type_vocab_size})"
-    else:
-        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    if values:
-        _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
-
-
-def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
-    if attention_mask is None or attention_mask.ndim == 4:
-        return
-    if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
-        raise _invalid_input(
-            "attention_mask",
-            _shape(attention_mask),
-            f"expected (batch, past + current tokens) = ({batch_size}, {total_length}), 1 for real tokens and 0 "
-            "for padding",
-        )
-
-
-def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
-    """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
-    if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
-        raise _invalid_input(
-            "labels",
-            _shape_and_dtype(labels),
-            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
-        )
-    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
-
-
-def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
-    """The label forms `transformers`' classification loss accepts, checked before it sees them."""
-    num_labels, problem = config.num_labels, config.problem_type
-    if problem == "regression" or (problem is None and num_labels == 1):
-        if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"regression expects {batch_size} x {num_labels} floats",
-            )
-    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
-        if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
-            )
-        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
-            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
-    else:
-        if labels.numel() != batch_size or labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"single-label classification expects {batch_size} integer class ids",
-            )
-        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 __all__ = [

@@ -1,0 +1,117 @@
+"""Generation machinery of the Turner causal LM (as `models/parakeet/generation_parakeet.py` keeps its own): the
+appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; `save_pretrained` copies it beside it.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.utils.import_utils import is_torchdynamo_compiling
+
+
+class TurnerDynamicLayer(DynamicLayer):
+    """A `DynamicCache` layer that appends in place (§4.1's incremental property: earlier keys and values never
+    change, so a new token need not copy them).
+
+    `DynamicLayer` concatenates, copying the whole cache for every new token (O(N^2) copying over a generation, a
+    fresh allocation each step). Here keys and values are views of the first N rows of a buffer that doubles when
+    full, so a token costs one write and total copying stays under twice the final length. Whatever else replaces
+    `keys` (crop, beam reordering, batch selection, offloading) is respected: a prefix of the buffer keeps it, anything
+    else starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
+    """
+
+    min_capacity = 256
+    _key_buffer: torch.Tensor | None = None  # set by the first update
+    _value_buffer: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if is_torchdynamo_compiling() or (torch.is_grad_enabled() and key_states.requires_grad):
+            return super().update(key_states, value_states, *args, **kwargs)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        if not self._buffers_hold(length, key_states, value_states):
+            self._new_buffers(length, key_states, value_states)
+        end = length + key_states.shape[-2]
+        self._key_buffer[..., length:end, :] = key_states
+        self._value_buffer[..., length:end, :] = value_states
+        self.keys, self.values = self._key_buffer[..., :end, :], self._value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """The buffers hold the cache as their first `length` rows, with room for the new states."""
+        buffers = self._key_buffer, self._value_buffer
+        if buffers[0] is None or length + key_states.shape[-2] > buffers[0].shape[-2]:
+            return False
+        if buffers[0].is_inference() and not torch.is_inference_mode_enabled():
+            return False  # an inference tensor cannot be written outside inference mode
+        return all(
+            _is_prefix(cached, buffer, new)
+            for cached, buffer, new in zip((self.keys, self.values), buffers, (key_states, value_states), strict=True)
+        )
+
+    def _new_buffers(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        capacity = max(2 * (length + key_states.shape[-2]), self.min_capacity)
+        self._key_buffer, self._value_buffer = (
+            new.new_empty((*new.shape[:-2], capacity, new.shape[-1])) for new in (key_states, value_states)
+        )
+        if length:
+            self._key_buffer[..., :length, :] = self.keys
+            self._value_buffer[..., :length, :] = self.values
+
+
+def _is_prefix(cached: torch.Tensor, buffer: torch.Tensor, new: torch.Tensor) -> bool:
+    """`cached` is empty or the buffer's first rows (same storage, start and strides), and `new` fits beside it."""
+    fits = (
+        new.shape[:-2] == buffer.shape[:-2]
+        and new.shape[-1] == buffer.shape[-1]
+        and (new.dtype, new.device) == (buffer.dtype, buffer.device)
+    )
+    if not fits or cached.numel() == 0:
+        return fits
+    return (
+        cached.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        and cached.storage_offset() == buffer.storage_offset()
+        and cached.stride() == buffer.stride()
+        and cached.shape[:-2] == buffer.shape[:-2]
+        and cached.shape[-1] == buffer.shape[-1]
+    )
+
+
+def appending_cache(cache: Cache) -> Cache:
+    """`cache` with its empty `DynamicLayer`s replaced by `TurnerDynamicLayer`s (other layer kinds are kept)."""
+    cache.layers = [
+        TurnerDynamicLayer() if type(layer) is DynamicLayer and not layer.is_initialized else layer
+        for layer in cache.layers
+    ]
+    return cache
+
+
+class TurnerGenerationMixin(GenerationMixin):
+    """`generate()` for the Turner causal LM: its own dynamic caches append in place, and the decoding loop skips the
+    value checks of ids the model drew itself. Nothing else changes, and the model's parameters are never touched."""
+
+    def _prepare_cache_for_generation(
+        self, generation_config: GenerationConfig, model_kwargs: dict, *args, **kwargs
+    ) -> None:
+        """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
+        and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("past_key_values")
+        if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
+            appending_cache(cache)
+
+    @contextmanager
+    def _optimize_model_for_decode(self) -> Iterator[None]:
+        """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
+        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual."""
+        decoding, self.model.decoding = self.model.decoding, True
+        try:
+            with super()._optimize_model_for_decode():
+                yield
+        finally:
+            self.model.decoding = decoding

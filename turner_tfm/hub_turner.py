@@ -1,0 +1,73 @@
+"""Saving and loading Turner checkpoints: the remote code a saved folder carries (`auto_map` for every Auto class of
+its modality, this package's modeling code copied beside the weights) and a clear error for a damaged weights file.
+`modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
+"""
+
+import os
+
+from safetensors import SafetensorError
+from transformers.dynamic_module_utils import custom_object_save
+
+# The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
+# them all, and every saved folder names its modality's in `auto_map`, whichever class was saved.
+AUTO_CLASSES = {
+    False: {
+        "AutoModel": "TurnerModel",
+        "AutoModelForCausalLM": "TurnerForCausalLM",
+        "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
+    },
+    True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
+}
+
+
+def defining_class(cls: type) -> type:
+    """The Turner class `cls` is, or the one torch wrapped at run time (FSDP2's `fully_shard` makes `FSDP<Name>`, a
+    subclass defined in torch's own module)."""
+    return next(base for base in cls.__mro__ if not base.__module__.startswith("torch."))
+
+
+class TurnerHubMixin:
+    """What a Turner model adds to `PreTrainedModel`'s saving and loading."""
+
+    @classmethod
+    def is_remote_code(cls) -> bool:
+        """transformers' rule (a class registered for an Auto class), except for a class torch made around a Turner
+        model at run time: its module is torch's, and its code is not the model's (see `save_pretrained`)."""
+        return super().is_remote_code() and defining_class(cls) is cls
+
+    def save_pretrained(self, save_directory: str | os.PathLike, is_main_process: bool = True, **kwargs) -> None:
+        """`PreTrainedModel.save_pretrained`, with `auto_map` naming every Auto class of the model's modality, so
+        `AutoModel` (feature extraction, sentence-transformers, serving engines) and every head load the folder with
+        `trust_remote_code=True`, whichever class saved it.
+
+        The code saved is the file defining the model's own class and its sibling modules. Workaround: transformers'
+        `custom_object_save(model)` copies the file of `type(model)`, which for an FSDP2-sharded model is torch's
+        `FSDP<Name>` (transformers strips that prefix for `architectures`, not for the code); here the defining class
+        is saved instead. It stands in for the upstream fix: `save_pretrained` saving the code of the unwrapped class.
+        """
+        own_class = defining_class(type(self))
+        if own_class.is_remote_code():
+            module = own_class.__module__.rsplit(".", 1)[-1]
+            classes = AUTO_CLASSES[self.config.is_image_model]
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                **{auto: f"{module}.{name}" for auto, name in classes.items()},
+            }
+        super().save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
+        wrapped = own_class is not type(self)
+        if wrapped and own_class.is_remote_code() and self.should_save_on_this_rank(is_main_process):
+            custom_object_save(own_class, save_directory)  # the code only: `auto_map` is written above
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, with a damaged weights file reported as such and where it is."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except SafetensorError as error:
+            raise ValueError(
+                f"The weights of {str(pretrained_model_name_or_path)!r} cannot be read: the safetensors file is "
+                f"truncated or corrupted ({error}). Save or download the checkpoint again."
+            ) from error
+
+
+__all__ = ["AUTO_CLASSES", "TurnerHubMixin"]

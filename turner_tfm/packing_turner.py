@@ -1,0 +1,58 @@
+"""Packed rows (`DataCollatorWithFlattening`: one row of sequences end to end, positions restarting at each, no
+attention mask) for the sequence classifier: which sequence each token belongs to, and one pooled vector per sequence.
+`modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
+"""
+
+import torch
+from transformers.masking_utils import find_packed_sequence_indices
+
+from .checks_turner import _invalid_input, _shape
+
+
+def pool_packed_sequences(hidden_states: torch.Tensor, sequence_index: torch.Tensor, pooling: str) -> torch.Tensor:
+    """`pool_hidden_states` for a packed row (`hidden_states` of shape `(1, total, D)`): one vector per sequence, each
+    pooled from its own tokens alone. `sequence_index` `(1, total)` numbers the sequence of each token, as transformers'
+    `find_packed_sequence_indices` reads it from positions that restart at every sequence."""
+    tokens, index = hidden_states[0], sequence_index[0]
+    members = index == torch.arange(int(index[-1]) + 1, device=index.device).unsqueeze(1)  # (sequences, total)
+    if pooling == "mean":
+        weights = members.to(tokens.dtype)
+        return weights @ tokens / weights.sum(dim=1, keepdim=True)
+    first = members.to(torch.long).argmax(dim=1)
+    return tokens[first] if pooling == "cls" else tokens[first + members.sum(dim=1) - 1]
+
+
+def packed_sequence_index(
+    position_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """The sequence of each token when the input is a packed row (`DataCollatorWithFlattening`: one row, positions
+    restarting at every sequence, no attention mask), else None."""
+    inputs = input_ids if input_ids is not None else inputs_embeds
+    if position_ids is None or attention_mask is not None or inputs is None:
+        return None
+    sequence_index = find_packed_sequence_indices(position_ids.reshape(-1, position_ids.shape[-1]))
+    batch_size = inputs.shape[0]
+    if sequence_index is not None and batch_size * sequence_index.shape[0] != 1:
+        raise _invalid_input(
+            "position_ids",
+            f"{_shape(position_ids)} for a batch of {batch_size}, restarting inside a row,",
+            "a packed batch is one row (batch 1) of sequences end to end; pad several rows and pass an attention_mask",
+        )
+    return sequence_index
+
+
+def padding_mask_or_packed_row(
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    pad: int | None,
+) -> torch.Tensor | None:
+    """The classifier's attention mask: the caller's, else one read from the padding tokens. A row with positions,
+    no mask and no padding token may be a packed row, and keeps no mask (`packed_sequence_index` reads it)."""
+    if attention_mask is not None or input_ids is None or pad is None:
+        return attention_mask
+    padding = input_ids == pad
+    return (~padding).long() if position_ids is None or bool(padding.any()) else None
