@@ -81,6 +81,7 @@ def test_retarget_points_the_usage_snippet_at_the_hub_repo() -> None:
 def test_the_wheel_ships_the_templates_and_a_plain_install_writes_cards(installed_wheel, tmp_path: Path) -> None:
     for task in TASKS:
         assert f"turner_tfm/model_cards/{task}.md" in installed_wheel.names
+    assert "turner_tfm/model_cards/README.md" not in installed_wheel.names  # it documents the repository's folder
     site = installed_wheel.site
     script = (
         "import turner_tfm, turner_tfm.cards as c; "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ("pyproject.toml", "README.md", "turner_tfm", "convert")  # what the wheel is built from
+SHIPPED = ("pyproject.toml", "README.md", "turner_tfm", "convert", "model_cards")  # what the wheel is built from
 
 
 @dataclass(frozen=True)

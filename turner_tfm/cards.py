@@ -2,9 +2,9 @@
 
 A card is a `README.md`: YAML front matter that the Hub reads (`library_name`, `pipeline_tag`, `tags`, `license`,
 `datasets`, `metrics`, and the measured results as `model-index`), then what the model is, how it was trained, its
-results and a usage snippet that loads it with `trust_remote_code=True`. The templates, one per task, ship inside
-the package (`turner_tfm/model_cards/*.md`): their front matter holds the fixed fields, their body `${name}` slots
-that `render_model_card` fills.
+results and a usage snippet that loads it with `trust_remote_code=True`. The templates, one per task, are
+`model_cards/*.md` in the repository and `turner_tfm.model_cards` installed: their front matter holds the fixed
+fields, their body `${name}` slots that `render_model_card` fills.
 
 Example:
 
@@ -49,7 +49,7 @@ def template_text(task: str) -> str:
     """The raw template for `task` (one of `TASKS`), read from the installed package."""
     if task not in TASKS:
         raise ValueError(f"`task`={task!r} is invalid; choose one of {list(TASKS)}.")
-    return (resources.files(__package__) / "model_cards" / f"{task}.md").read_text(encoding="utf-8")
+    return (resources.files(f"{__package__}.model_cards") / f"{task}.md").read_text(encoding="utf-8")
 
 
 def render_model_card(
