@@ -1,0 +1,465 @@
+"""`turner-serve`: transformers' own OpenAI-compatible server (`transformers serve`) on a Turner folder, started as a
+real process on 127.0.0.1 and talked to over HTTP with the OpenAI client (and raw sockets for hostile clients).
+
+Two servers run the same checks: the package's own classes with sequential `generate()`, and the folder's own code
+(`--trust-remote-code`) under `--continuous-batching` (paged attention). Every answer at temperature 0 must equal
+`generate()`'s greedy tokens from the same folder in this process."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from threading import Barrier
+
+import pytest
+import torch
+from openai import BadRequestError, OpenAI
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
+
+from .tiny import text_config
+from .workflow_utils import free_port, script_env
+
+SPECIALS = ["<pad>", "<unk>", "<eos>"]
+CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+POSITIONS = 64  # learned positions: a prompt and its completion must fit in 64
+STARTUP_TIMEOUT = 180  # seconds for the server to answer /health
+REQUEST_TIMEOUT = 120
+# On the CPU, continuous batching sizes its paged KV cache from 90% of the machine's free RAM unless told otherwise:
+# 32 blocks of 256 tokens are enough for 8 requests of at most 64 positions.
+CB_CACHE = ["--cb-num-blocks", "32", "--cb-max-batch-tokens", "1024"]
+SERVERS = {  # name: (folder, turner-serve options, the command: the installed script or the module)
+    "installed": ("chat", [], "script"),
+    "remote-code-cb": ("chat", ["--trust-remote-code", "--continuous-batching", *CB_CACHE], "module"),
+}
+SCRIPT = Path(sys.executable).with_name("turner-serve")  # what `pip install` put beside this interpreter
+
+
+def char_tokenizer(chat_template: str | None) -> PreTrainedTokenizerFast:
+    """One token per printable ASCII character, plus <pad>, <unk> and <eos> (ids 0, 1, 2)."""
+    vocab = {token: index for index, token in enumerate([*SPECIALS, *CHARACTERS])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(".|\n"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<eos>",
+        model_max_length=POSITIONS,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = chat_template
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """`chat`: a causal LM with a chat template; `plain`: the same model, its tokenizer without one. A wide
+    initialisation (std 0.5) so that greedy continuations differ from prompt to prompt and token to token."""
+    root = tmp_path_factory.mktemp("served")
+    torch.manual_seed(0)
+    config = text_config(vocab_size=len(SPECIALS) + len(CHARACTERS), max_position_embeddings=POSITIONS)
+    config.initializer_range = 0.5
+    model = TurnerForCausalLM(config)
+    paths = {}
+    for name, template in (("chat", CHAT_TEMPLATE), ("plain", None)):
+        model.save_pretrained(root / name)
+        char_tokenizer(template).save_pretrained(root / name)
+        paths[name] = root / name
+    return paths
+
+
+# ---- the server process -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    port: int
+    log: Path
+    model: str  # the folder, as requests name the model
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def client(self) -> OpenAI:
+        return OpenAI(base_url=f"{self.url}/v1", api_key="unused", timeout=REQUEST_TIMEOUT, max_retries=0)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def start_server(folder: Path, options: list[str], tmp_path: Path, launcher: list[str] | None = None) -> Server:
+    """`turner-serve folder options` on a free port of 127.0.0.1, once its /health answers; fails with the server's
+    output if it exits or does not answer within STARTUP_TIMEOUT seconds. `launcher`: the command that starts it
+    (default `python -m turner_tfm.serve`)."""
+    launcher = launcher or [sys.executable, "-m", "turner_tfm.serve"]
+    port = free_port()
+    log = tmp_path / f"server-{port}.log"
+    command = [*launcher, str(folder), *options, "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--device", "cpu", "--log-level", "info"]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=script_env(tmp_path))
+    server = Server(process, port, log, str(folder))
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if not server.alive():
+            pytest.fail(f"turner-serve exited with {process.returncode}; its output ends:\n{server.output()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.5)
+    stop_server(server)
+    pytest.fail(
+        f"turner-serve did not answer /health in {STARTUP_TIMEOUT} s; its output ends:\n{server.output()[-4000:]}"
+    )
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM to the server's pid, SIGKILL if it has not exited 20 s later."""
+    if server.alive():
+        os.kill(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(server.process.pid, signal.SIGKILL)
+            server.process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module", params=list(SERVERS))
+def server(request, folders, tmp_path_factory):
+    folder, options, launcher = SERVERS[request.param]
+    if launcher == "script":
+        assert SCRIPT.is_file(), f"no {SCRIPT}: install the package (pip install -e '.[dev]')"
+    command = [str(SCRIPT)] if launcher == "script" else None
+    running = start_server(folders[folder], options, tmp_path_factory.mktemp(request.param), command)
+    yield running
+    stop_server(running)
+    assert running.process.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def reference(folders):
+    """Greedy `generate()` on the `chat` folder, loaded here with the package's classes: (text, token count)."""
+    model = AutoModelForCausalLM.from_pretrained(folders["chat"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folders["chat"])
+
+    def generate(max_new_tokens: int, prompt: str | None = None, messages: list | None = None) -> tuple[str, int]:
+        if messages is not None:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        with torch.no_grad():
+            output = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False)
+        new = output[0, len(ids) :]
+        return tokenizer.decode(new, skip_special_tokens=True), len(new)
+
+    return generate
+
+
+def check_answers_correctly(server: Server, reference, prompt: str = "The quick brown fox") -> None:
+    """A good request after whatever came before: the server is up and its answer is `generate()`'s."""
+    assert server.alive(), server.output()[-4000:]
+    answer = server.client().completions.create(model=server.model, prompt=prompt, max_tokens=12, temperature=0)
+    assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(12, prompt=prompt)
+
+
+# ---- the command and the lookup it works around -----------------------------------------------------------------
+
+
+def test_turner_serve_is_an_installed_command():
+    commands = {entry.name: entry.value for entry in entry_points(group="console_scripts")}
+    assert commands.get("turner-serve") == "turner_tfm.serve:main"
+
+
+def test_the_servers_model_lookup_finds_a_turner_folder_only_with_the_workaround(folders):
+    """`ModelManager._load_model` reads `getattr(transformers, config.architectures[0])`: an AttributeError for a
+    Turner folder until `expose_architecture` sets the class on the object that line reads."""
+    from transformers.cli.serving import model_manager
+
+    from turner_tfm.serve import expose_architecture
+
+    manager = model_manager.ModelManager(device="cpu")
+    assert not hasattr(model_manager.transformers, "TurnerForCausalLM")
+    with pytest.raises(AttributeError, match="TurnerForCausalLM"):
+        manager._load_model(f"{folders['chat']}@main")
+    try:
+        assert expose_architecture(str(folders["chat"]), trust_remote_code=False) is TurnerForCausalLM
+        assert type(manager._load_model(f"{folders['chat']}@main")) is TurnerForCausalLM
+    finally:
+        delattr(model_manager.transformers, "TurnerForCausalLM")
+
+
+def test_a_folder_that_is_not_a_causal_lm_is_refused_by_name(tmp_path):
+    TurnerForSequenceClassification(text_config(is_causal=False)).save_pretrained(tmp_path / "classifier")
+    from turner_tfm.serve import expose_architecture
+
+    with pytest.raises(SystemExit, match=r"holds a TurnerForSequenceClassification.*needs the causal language model"):
+        expose_architecture(str(tmp_path / "classifier"), trust_remote_code=False)
+
+
+def test_turner_serve_refuses_a_path_without_a_config_and_names_it(tmp_path, capsys):
+    from turner_tfm.serve import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "missing"), "--port", "0"])
+    assert exit_info.value.code == 2
+    assert f"FOLDER '{tmp_path / 'missing'}' is not a folder with a config.json" in capsys.readouterr().err
+
+
+def test_turner_serve_help_lists_the_options_of_transformers_serve(capsys, monkeypatch):
+    from turner_tfm.serve import main
+
+    monkeypatch.setenv("COLUMNS", "250")  # rich shortens option names to fit a narrow terminal
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    for option in (
+        "--continuous-batching",
+        "--trust-remote-code",
+        "--cb-num-blocks",
+        "--port",
+        "--attn-implementation",
+    ):
+        assert option in shown, shown
+
+
+def test_turner_serve_without_a_folder_says_what_it_needs(capsys):
+    from turner_tfm.serve import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--port", "0"])
+    assert exit_info.value.code == 2
+    assert "give the FOLDER to serve: turner-serve FOLDER [transformers serve options]" in capsys.readouterr().err
+
+
+# ---- answers equal generate() -----------------------------------------------------------------------------------
+
+
+def test_the_server_loads_the_class_it_was_asked_to(server):
+    """Installed: the package's class; --trust-remote-code: the folder's copy of the code (transformers_modules)."""
+    line = next(line for line in server.output().splitlines() if line.startswith("turner-serve: "))
+    remote = "--trust-remote-code" in server.process.args
+    expected = "transformers_modules." if remote else "turner_tfm.modeling_turner."
+    assert f"TurnerForCausalLM is {expected}" in line, line
+
+
+@pytest.mark.parametrize("prompt", ["Hello", "def main():\n    return"])
+def test_a_completion_at_temperature_0_is_generates_greedy_text(server, reference, prompt):
+    answer = server.client().completions.create(model=server.model, prompt=prompt, max_tokens=16, temperature=0)
+    text, count = reference(16, prompt=prompt)
+    assert answer.choices[0].text == text
+    assert answer.usage.completion_tokens == count
+    assert answer.choices[0].finish_reason == ("length" if count == 16 else "stop")
+
+
+def test_a_chat_completion_at_temperature_0_is_generates_greedy_text(server, reference):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    answer = server.client().chat.completions.create(
+        model=server.model, messages=messages, max_tokens=16, temperature=0
+    )
+    assert (answer.choices[0].message.content, answer.usage.completion_tokens) == reference(16, messages=messages)
+
+
+def test_streamed_completions_carry_the_same_text(server, reference):
+    client = server.client()
+    chunks = list(
+        client.completions.create(model=server.model, prompt="Once", max_tokens=16, temperature=0, stream=True)
+    )
+    assert "".join(chunk.choices[0].text for chunk in chunks) == reference(16, prompt="Once")[0]
+    assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+    messages = [{"role": "user", "content": "Tell me"}]
+    stream = client.chat.completions.create(
+        model=server.model, messages=messages, max_tokens=16, temperature=0, stream=True
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == reference(16, messages=messages)[0]
+
+
+def test_a_request_without_max_tokens_gets_the_positions_left(server, reference):
+    """The server's default, 1024 new tokens, would run past the 64 learned positions: the request gets what is left."""
+    prompt = "x" * 40
+    answer = server.client().completions.create(model=server.model, prompt=prompt, temperature=0)
+    assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(POSITIONS - 40, prompt=prompt)
+
+
+def test_eight_concurrent_requests_each_get_their_own_greedy_text(server, reference):
+    prompts = [f"{word} {index}" for index, word in enumerate(["alpha", "beta", "gamma", "delta"] * 2)]
+    lengths = [8, 20, 12, 24, 10, 16, 6, 18]
+    barrier = Barrier(len(prompts))
+
+    def ask(prompt: str, max_tokens: int) -> tuple[str, int]:
+        client = server.client()
+        barrier.wait(timeout=60)
+        answer = client.completions.create(model=server.model, prompt=prompt, max_tokens=max_tokens, temperature=0)
+        return answer.choices[0].text, answer.usage.completion_tokens
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(ask, prompts, lengths))
+    expected = [reference(length, prompt=prompt) for prompt, length in zip(prompts, lengths, strict=True)]
+    assert answers == expected
+    assert len({text for text, _ in answers}) > 1  # the prompts lead to different texts: a mix-up would show
+
+
+# ---- hostile clients --------------------------------------------------------------------------------------------
+
+
+def post_raw(server: Server, path: str, body: bytes) -> tuple[int, str]:
+    """POST `body` as it is (no client-side encoding or validation); the status and the body of the answer."""
+    request = urllib.request.Request(
+        f"{server.url}{path}", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"model": "m", "prompt": "Hi", "max_tokens": ', "JSON decode error"),
+        (b'["not", "an", "object"]', "body"),
+        (b'{"model": "m", "prompt": "\xff\xfe caf\xe9"}', "error parsing the body"),
+    ],
+    ids=["truncated-json", "json-array", "not-utf8"],
+)
+def test_a_body_that_is_not_a_json_object_gets_a_4xx_naming_it(server, reference, body, expected):
+    status, answer = post_raw(server, "/v1/completions", body)
+    assert 400 <= status < 500 and expected in answer, (status, answer)
+    check_answers_correctly(server, reference)
+
+
+def test_an_unknown_model_name_gets_a_400_naming_both(server, reference):
+    body = {"model": "gpt-4o", "prompt": "Hi", "max_tokens": 4}
+    status, answer = post_raw(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 400, answer
+    assert json.loads(answer)["detail"] == f"Server is pinned to '{server.model}'; requested 'gpt-4o'."
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("max_tokens", [-5, 0, 2.5, True, "12"])
+def test_a_max_tokens_that_is_not_a_positive_integer_gets_a_400_naming_it(server, reference, max_tokens):
+    body = {"model": server.model, "prompt": "Hi", "max_tokens": max_tokens}
+    status, answer = post_raw(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 400, answer
+    assert f"max_tokens must be a positive integer, got {max_tokens!r}" in json.loads(answer)["error"]["message"]
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_huge_max_tokens_gets_a_400_saying_how_many_fit(server, reference, path):
+    prompt = {"prompt": "Hello"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+    body = {"model": server.model, **prompt, "max_tokens": 10**9}
+    status, answer = post_raw(server, path, json.dumps(body).encode())
+    message = json.loads(answer)["error"]["message"]
+    assert status == 400 and "max_tokens=1000000000" in message and "ask for at most" in message, answer
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_longer_than_the_learned_positions_gets_a_400(server, reference, stream):
+    prompt = "a" * (POSITIONS + 10)
+    with pytest.raises(BadRequestError, match=rf"the prompt is {POSITIONS + 10} tokens.*max_position_embeddings"):
+        server.client().completions.create(model=server.model, prompt=prompt, max_tokens=4, stream=stream)
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_longer_than_the_learned_positions_gets_a_400(server, reference, stream):
+    messages = [{"role": "user", "content": "a" * POSITIONS}]
+    rendered = len(f"user: {'a' * POSITIONS}\nassistant:")  # the template's text, one token a character
+    with pytest.raises(BadRequestError, match=rf"the prompt is {rendered} tokens.*max_position_embeddings"):
+        server.client().chat.completions.create(model=server.model, messages=messages, max_tokens=4, stream=stream)
+    check_answers_correctly(server, reference)
+
+
+def test_a_client_that_disconnects_mid_stream_leaves_the_server_serving(server, reference):
+    body = json.dumps({"model": server.model, "prompt": "Stream", "max_tokens": 50, "temperature": 0, "stream": True})
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=REQUEST_TIMEOUT) as connection:
+        connection.sendall(request)
+        received = b""
+        while b"data: " not in received:  # the first streamed token has arrived
+            chunk = connection.recv(4096)
+            assert chunk, received
+            received += chunk
+        assert received.startswith(b"HTTP/1.1 200")
+    check_answers_correctly(server, reference)
+    check_answers_correctly(server, reference, prompt="Stream")
+
+
+# ---- a folder without a chat template ---------------------------------------------------------------------------
+
+
+def test_a_chat_request_to_a_model_without_a_chat_template_gets_a_400(folders, reference, tmp_path):
+    server = start_server(folders["plain"], [], tmp_path)
+    try:
+        for stream in (False, True):
+            with pytest.raises(BadRequestError, match=r"has no chat template.*send a prompt to /v1/completions"):
+                server.client().chat.completions.create(
+                    model=server.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, stream=stream
+                )
+        check_answers_correctly(server, reference)  # the same weights as the `chat` folder
+    finally:
+        stop_server(server)
+
+
+# ---- the benchmark ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_serving_benchmark_runs_and_reports_every_figure_with_its_load(tmp_path, monkeypatch):
+    """benchmarks/bench_serve.py at tiny sizes: generate(), serve and serve --continuous-batching at 1 and 2 clients,
+    each figure with its request and token rates and the load average around it. Timings are not asserted."""
+    import runpy
+
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    out = tmp_path / "serve.json"
+    args = ["--models", "quickstart", "--concurrency", "1", "2", "--requests", "2", "--max-tokens", "4"]
+    args += ["--repeats", "1", "--warmup", "1", "--threads", "1", "--json", str(out)]
+    monkeypatch.setattr(sys, "argv", [str(benchmarks / "bench_serve.py"), *args])
+    monkeypatch.syspath_prepend(str(benchmarks))
+    runpy.run_path(str(benchmarks / "bench_serve.py"), run_name="__main__")
+    payload = json.loads(out.read_text())
+    assert payload["benchmark"] == "serve"
+    assert [(r["mode"], r["concurrency"]) for r in payload["results"]] == [
+        ("generate()", None),
+        ("serve", 1),
+        ("serve", 2),
+        ("serve --continuous-batching", 1),
+        ("serve --continuous-batching", 2),
+    ]
+    for result in payload["results"]:
+        assert result["requests_per_s"] > 0 and result["tokens_per_s"] > 0
+        assert {"load_before", "load_after", "noisy"} <= set(result)
+    # greedy and the same requests: every way of answering generates the same number of tokens
+    assert len({tuple(result["tokens"]) for result in payload["results"]}) == 1

@@ -1,0 +1,264 @@
+"""`turner-serve FOLDER [transformers serve options]`: serve a Turner folder with transformers' own OpenAI-compatible
+server (`transformers serve`: `/v1/completions`, `/v1/chat/completions`, streaming, `--continuous-batching`).
+
+Two things stand between that server (transformers 5.23) and a model that does not ship inside `transformers`; this
+module adds the smallest piece for each and leaves the server itself alone:
+
+1. The lookup. `ModelManager._load_model` finds the model class with
+   `getattr(transformers, config.architectures[0])`, so a class known only to the Auto registry (`import turner_tfm`)
+   or to the folder's `auto_map` (`--trust-remote-code`) is an `AttributeError` and the server does not start.
+   `expose_architecture` resolves the folder's class the way the Auto classes would and sets it, under its own name,
+   on the module object that line reads. It stands in for the upstream fix (README, "Serve over HTTP"): fall back to
+   `AutoModelForCausalLM` (which reads the registry and `auto_map`) when `transformers` has no such attribute, as
+   TRL's own loader does since huggingface/trl#5802.
+2. Requests the model cannot answer. Upstream, a negative or huge `max_tokens`, a prompt longer than the positions,
+   and a chat request to a tokenizer without a chat template all end as a 500 (or a stream that carries the model's
+   error). `RequestChecks` reads each `/v1/completions` and `/v1/chat/completions` body before the server does and
+   answers those with a 400 whose message names the field and the value; a request without `max_tokens` gets the
+   positions left after its prompt instead of the server's 1024. Malformed JSON and non-UTF-8 bodies go on to the
+   server, which answers them (422, 400) itself.
+
+Everything after the folder is `transformers serve`'s own options, parsed by its own command (`--help` lists them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SERVED_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+
+def model_class_for(folder: str, trust_remote_code: bool) -> type:
+    """The causal-LM class the Auto classes load `folder` as: the folder's own code (`auto_map`) with
+    `trust_remote_code`, else the class registered for its config (`import turner_tfm`)."""
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    class_ref = (getattr(config, "auto_map", None) or {}).get("AutoModelForCausalLM")
+    if trust_remote_code and class_ref is not None:
+        return get_class_from_dynamic_module(class_ref, folder)
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    raise SystemExit(
+        f"turner-serve: {folder} (model_type {config.model_type!r}, architectures {config.architectures}) has no "
+        "causal language model class: transformers serve generates text, so the folder must hold a "
+        "TurnerForCausalLM (or name one in auto_map['AutoModelForCausalLM'] and be served with --trust-remote-code)"
+    )
+
+
+def expose_architecture(folder: str, trust_remote_code: bool) -> type | None:
+    """Workaround of `getattr(transformers, config.architectures[0])` in
+    `transformers/cli/serving/model_manager.py` (`ModelManager._load_model`): make that lookup find `folder`'s
+    class. Returns the class set, or None where `transformers` already has one by that name.
+
+    The attribute goes on `model_manager.transformers`, the object the lookup reads: importing
+    `transformers.modeling_layers` replaces `sys.modules["transformers"]`, so `import transformers` here may bind
+    another object than the one the server module holds."""
+    from transformers import AutoConfig
+    from transformers.cli.serving import model_manager
+
+    architectures = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code).architectures or []
+    if not architectures:
+        raise SystemExit(f"turner-serve: {folder}/config.json names no `architectures`; save it with save_pretrained")
+    name = architectures[0]
+    if hasattr(model_manager.transformers, name):
+        return None
+    model_class = model_class_for(folder, trust_remote_code)
+    if model_class.__name__ != name:
+        raise SystemExit(
+            f"turner-serve: {folder} holds a {name} (config.json `architectures`); transformers serve generates text "
+            f"and needs the causal language model, {model_class.__name__}: serve a folder saved from one"
+        )
+    setattr(model_manager.transformers, name, model_class)
+    return model_class
+
+
+# ---- request checks ---------------------------------------------------------------------------------------------
+
+
+class RequestChecks:
+    """ASGI middleware: answers 400 to a completion request the model cannot serve before the server reads it, and
+    passes every other request through (the body replayed as it came, or with the `max_tokens` a request without
+    one may use)."""
+
+    def __init__(self, app: Any, model: ServedModel) -> None:
+        self.app = app
+        self.model = model
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in SERVED_ROUTES:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            body = self.model.checked(scope["path"], body)
+        except RequestError as error:
+            await _send_json(send, 400, {"error": {"message": str(error), "type": "invalid_request_error"}})
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        await self.app(scope, replay, send)
+
+
+class RequestError(ValueError):
+    """A request the model cannot serve; the message names the field and its value."""
+
+
+async def _send_json(send: Any, status: int, payload: dict) -> None:
+    content = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+class ServedModel:
+    """What a request is checked against: the folder's tokenizer (and chat template) and its positions."""
+
+    def __init__(self, folder: str, trust_remote_code: bool) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        self.folder = folder
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        self.max_positions = config.max_position_embeddings
+        learned = getattr(config, "position_embedding_type", "learned") == "learned"
+        self.limit = (
+            f"the model's learned positions (max_position_embeddings) allow {self.max_positions}"
+            if learned
+            else f"the model serves at most max_position_embeddings={self.max_positions} positions"
+        )
+
+    def checked(self, path: str, raw: bytes) -> bytes:
+        """The body to pass on to the server for a request to `path`; `RequestError` if it cannot be served. A body
+        that is not a JSON object goes on unread: the server answers it (422 or 400) itself."""
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return raw
+        if not isinstance(body, dict):
+            return raw
+        key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = body.get(key)
+        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+            raise RequestError(f"{key} must be a positive integer, got {max_tokens!r}")
+        if path == "/v1/chat/completions" and "messages" in body and self.tokenizer.chat_template is None:
+            raise RequestError(
+                f"the model {self.folder} has no chat template, so it cannot answer chat requests "
+                "(/v1/chat/completions): send a prompt to /v1/completions, or save the tokenizer with a chat_template"
+            )
+        prompt_tokens = self.prompt_tokens(path, body)
+        if prompt_tokens is None:
+            return raw  # no prompt the model would read: the server names what is wrong
+        room = self.max_positions - prompt_tokens
+        if room < 1:
+            raise RequestError(
+                f"the prompt is {prompt_tokens} tokens; {self.limit}, prompt and completion together, so at most "
+                f"{self.max_positions - 1} for the prompt"
+            )
+        if max_tokens is None:  # the server's default (1024 new tokens) would run past the last position
+            return json.dumps({**body, "max_tokens": room}).encode()
+        if max_tokens > room:
+            raise RequestError(
+                f"{key}={max_tokens} after a prompt of {prompt_tokens} tokens needs {prompt_tokens + max_tokens} "
+                f"positions; {self.limit}: ask for at most {room}"
+            )
+        return raw
+
+    def prompt_tokens(self, path: str, body: dict) -> int | None:
+        """How many tokens the server will feed the model for `body`, or None if it will not read a prompt."""
+        from transformers.cli.serving.utils import BaseHandler, Modality
+
+        try:
+            if path == "/v1/completions":
+                prompt = body["prompt"]
+                return len(self.tokenizer(prompt)["input_ids"]) if isinstance(prompt, str) else None
+            messages = BaseHandler.get_processor_inputs_from_messages(body["messages"], Modality.LLM)
+            rendered = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            )
+            return len(rendered["input_ids"])
+        except Exception:  # a malformed request: the server's own validation answers it
+            return None
+
+
+def add_request_checks(model: ServedModel) -> None:
+    """Wrap the app that `transformers serve` builds (`serving.server.build_server`) in `RequestChecks`."""
+    from transformers.cli.serving import server
+
+    build_server = server.build_server
+
+    def build_checked_server(*args: Any, **kwargs: Any) -> Any:
+        app = build_server(*args, **kwargs)
+        app.add_middleware(RequestChecks, model=model)
+        return app
+
+    server.build_server = build_checked_server
+
+
+# ---- the command ------------------------------------------------------------------------------------------------
+
+
+def serve_command() -> Any:
+    """`transformers serve` as a click command of its own (its options, its parser, its help)."""
+    import typer
+    from transformers.cli.serve import Serve
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(help=Serve.__doc__)(Serve)
+    return typer.main.get_command(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = serve_command()
+    if {"--help", "-h"} & set(argv):
+        command.main(args=["--help"], prog_name="turner-serve")
+        return
+    with command.make_context("turner-serve", list(argv), resilient_parsing=True) as context:
+        folder, trust_remote_code = context.params.get("force_model"), bool(context.params.get("trust_remote_code"))
+    if folder is None:
+        print(
+            "turner-serve: give the FOLDER to serve: turner-serve FOLDER [transformers serve options]", file=sys.stderr
+        )
+        sys.exit(2)
+    if not (Path(folder) / "config.json").is_file():
+        print(f"turner-serve: FOLDER {folder!r} is not a folder with a config.json", file=sys.stderr)
+        sys.exit(2)
+    # `import turner_tfm.serve` has registered "turner" with the Auto classes; with --trust-remote-code the class
+    # comes from the folder's own code instead.
+    model_class = expose_architecture(folder, trust_remote_code)
+    if model_class is not None:
+        source = "the folder's own code (auto_map)" if trust_remote_code else "the Auto registry"
+        print(
+            f"turner-serve: {folder}: {model_class.__name__} is {model_class.__module__}.{model_class.__name__}, "
+            f"from {source}",
+            file=sys.stderr,
+            flush=True,
+        )
+    add_request_checks(ServedModel(folder, trust_remote_code))
+    command.main(args=argv, prog_name="turner-serve")
+
+
+if __name__ == "__main__":
+    main()
