@@ -9,7 +9,8 @@ own their projection, pooling and loss; the backbone knows nothing of tasks.
 This file is the paper's block. The machinery around it lives in sibling modules, imported as `from .x import y` so
 that `save_pretrained` copies them beside it and a saved folder runs without `turner_tfm`: `checks_turner` (clear
 errors for bad inputs), `generation_turner` (the appending cache, generate() hooks), `parallel_turner` (tensor
-parallel and FSDP), `hub_turner` (remote code on save), `packing_turner` (packed rows for the classifier).
+parallel and FSDP), `hub_turner` (remote code on save), `pooling_turner` (one vector per sequence, for the
+classifiers and the pooler, of padded and packed rows).
 """
 
 from collections.abc import Callable
@@ -49,8 +50,14 @@ from .checks_turner import (
 from .configuration_turner import TurnerConfig
 from .generation_turner import TurnerGenerationMixin, appending_cache
 from .hub_turner import TurnerHubMixin
-from .packing_turner import packed_sequence_index, padding_mask_or_packed_row, pool_packed_sequences
 from .parallel_turner import TurnerParallelMixin
+from .pooling_turner import (
+    first_real_token,
+    packed_sequence_index,
+    padding_mask_or_packed_row,
+    pool_hidden_states,
+    pool_packed_sequences,
+)
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -535,14 +542,6 @@ class TurnerPooler(nn.Module):
         return self.activation(self.dense(first_real_token(hidden_states, attention_mask)))
 
 
-def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Each row's first token (§4.2's x_0), or in a left-padded row (a 2-D `attention_mask`) its first real one."""
-    if attention_mask is None or attention_mask.ndim != 2:
-        return hidden_states[:, 0]
-    first = attention_mask.to(torch.long).argmax(dim=-1)
-    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
-
-
 class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
     """§4.1: the masked body and the head `p(w_n = w | x_{n-1}) = softmax(g_w^T x_{n-1})`, `lm_head` holding g_w."""
 
@@ -602,25 +601,6 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-
-
-def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
-    """One vector per sequence: the first real token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
-    spatial pooling), or the last real token (`last`, the only one that has seen the whole sequence under §4.1).
-
-    Padding is read from `attention_mask`, so left- and right-padded batches pool the same tokens.
-    """
-    if pooling == "cls":
-        return first_real_token(hidden_states, attention_mask)
-    if attention_mask is None:
-        return hidden_states.mean(dim=1) if pooling == "mean" else hidden_states[:, -1]
-    mask = attention_mask.to(hidden_states.dtype)
-    if pooling == "mean":
-        total = (hidden_states * mask.unsqueeze(-1)).sum(dim=1)
-        return total / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    last_real = (positions * attention_mask.to(torch.long)).argmax(dim=-1)
-    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_real]
 
 
 class _TurnerClassifierMixin:

@@ -1,5 +1,6 @@
-"""Packed rows (`DataCollatorWithFlattening`: one row of sequences end to end, positions restarting at each, no
-attention mask) for the sequence classifier: which sequence each token belongs to, and one pooled vector per sequence.
+"""One vector per sequence, for the classifiers and BERT's pooler: pooling over a padded batch (§4.2's x_0, or the
+mean, or the last real token), and over a packed row (`DataCollatorWithFlattening`: one row of sequences end to end,
+positions restarting at each, no attention mask), whose tokens are first told apart by sequence.
 `modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
 """
 
@@ -7,6 +8,33 @@ import torch
 from transformers.masking_utils import find_packed_sequence_indices
 
 from .checks_turner import _invalid_input, _shape
+
+
+def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each row's first token (§4.2's x_0), or in a left-padded row (a 2-D `attention_mask`) its first real one."""
+    if attention_mask is None or attention_mask.ndim != 2:
+        return hidden_states[:, 0]
+    first = attention_mask.to(torch.long).argmax(dim=-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
+
+
+def pool_hidden_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """One vector per sequence: the first real token (`cls`, §4.2's x_0), the mean over real tokens (`mean`, §4.2's
+    spatial pooling), or the last real token (`last`, the only one that has seen the whole sequence under §4.1).
+
+    Padding is read from `attention_mask`, so left- and right-padded batches pool the same tokens.
+    """
+    if pooling == "cls":
+        return first_real_token(hidden_states, attention_mask)
+    if attention_mask is None:
+        return hidden_states.mean(dim=1) if pooling == "mean" else hidden_states[:, -1]
+    mask = attention_mask.to(hidden_states.dtype)
+    if pooling == "mean":
+        total = (hidden_states * mask.unsqueeze(-1)).sum(dim=1)
+        return total / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last_real = (positions * attention_mask.to(torch.long)).argmax(dim=-1)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last_real]
 
 
 def pool_packed_sequences(hidden_states: torch.Tensor, sequence_index: torch.Tensor, pooling: str) -> torch.Tensor:
