@@ -108,7 +108,7 @@ class TurnerGenerationMixin(GenerationMixin):
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
         """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
-        no check, which on an accelerator would stall every token on a device sync. The prompt is checked as usual."""
+        no check (on the CPU, a read of every new id and position each token). The prompt is checked as usual."""
         decoding, self.model.decoding = self.model.decoding, True
         try:
             with super()._optimize_model_for_decode():
