@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,8 +98,10 @@ TRAINING_FLAGS: dict[str, dict[str, object]] = {
     "save_total_limit": {"type": positive_int, "default": None, "help": "keep only the newest N checkpoints"},
     "resume_from_checkpoint": {
         "default": None,
-        "metavar": "PATH|true",
-        "help": "continue a run from its checkpoint-N folder, or `true` for the newest complete one in --output-dir",
+        "metavar": "PATH|true|auto",
+        "help": "continue a run from its checkpoint-N folder; `true`: from the newest complete one in --output-dir; "
+        "`auto`: the same, or start afresh where there is none (one command for the first start and every restart, "
+        "e.g. under torchrun --max-restarts)",
     },
     "seed": {"type": non_negative_int, "default": 42},
     "bf16": {"action": "store_true", "help": "bfloat16 mixed precision"},
@@ -265,13 +268,21 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             f"argument --fsdp-size: {fsdp_size} is not valid: it must equal the number of processes, {world_size} "
             f"(start {fsdp_size} with: torchrun --nproc_per_node {fsdp_size} {parser.prog} ...)"
         )
+    if fsdp_size > 1 and getattr(args, "save_steps", None) is not None:
+        parser.error(
+            f"argument --save-steps: {args.save_steps} is not valid with --fsdp-size {fsdp_size}: transformers cannot "
+            "save the optimiser of a model sharded at load time, so no checkpoint could be resumed from; leave "
+            "--save-steps out (the trained model is saved at the end all the same)"
+        )
 
 
 def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The Trainer's checkpoint-N folders in `output_dir` whose save finished, oldest first.
 
     The Trainer writes trainer_state.json last (after the weights, optimiser, scheduler and RNG states), so a folder
-    without a readable one is a save that was cut short: it is never resumed from.
+    without a readable one is a save that was cut short: it is never resumed from. The main process writes that file
+    without waiting for the others, so where it records that several processes saved (`_common.RecordProcesses`),
+    each of their RNG states must be there and whole too.
     """
     folder = Path(output_dir)
     found = [path for path in folder.iterdir() if _CHECKPOINT.match(path.name)] if folder.is_dir() else []
@@ -283,21 +294,42 @@ _CHECKPOINT = re.compile(r"^checkpoint-\d+$")  # as transformers.trainer_utils n
 
 def _is_complete(checkpoint: Path) -> bool:
     try:
-        json.loads((checkpoint / "trainer_state.json").read_text())
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return False
-    return True
+    processes = saved_by_processes(state)
+    if processes == 1:
+        return True
+    # torch.save writes a zip archive, its directory last: a file cut short is no zip
+    return all(zipfile.is_zipfile(checkpoint / f"rng_state_{rank}.pth") for rank in range(processes))
 
 
-def _checkpoint_to_resume(parser: argparse.ArgumentParser, value: str, output_dir: str) -> str:
-    """--resume-from-checkpoint as a folder: `true` is the newest complete checkpoint in --output-dir."""
+PROCESSES_KEY = "RecordProcesses"  # where trainer_state.json's `stateful_callbacks` records the processes that saved
+
+
+def saved_by_processes(trainer_state: dict) -> int:
+    """How many processes saved the checkpoint whose trainer_state.json is `trainer_state` (1 when not recorded)."""
+    record = trainer_state.get("stateful_callbacks", {}).get(PROCESSES_KEY, {})
+    return int(record.get("attributes", {}).get("processes", 1))
+
+
+def _checkpoint_to_resume(parser: argparse.ArgumentParser, value: str, output_dir: str) -> str | None:
+    """--resume-from-checkpoint as a folder: `true` is the newest complete checkpoint in --output-dir, `auto` the same
+    or None (start afresh) where there is none."""
     checkpoints = complete_checkpoints(output_dir)
     newest = f"; the newest complete one in --output-dir is {str(checkpoints[-1])!r}" if checkpoints else ""
+    if value.lower() == "auto":
+        if checkpoints:
+            return str(checkpoints[-1])
+        if int(os.environ.get("RANK", "0")) == 0:  # said once, however many processes run the script
+            print(f"no complete checkpoint-N folder in --output-dir {output_dir!r}: starting afresh", flush=True)
+        return None
     if value.lower() == "true":
         if not checkpoints:
             parser.error(
                 f"argument --resume-from-checkpoint: 'true' is not valid: no complete checkpoint-N folder in "
-                f"--output-dir {output_dir!r} (leave the flag out to start afresh)"
+                f"--output-dir {output_dir!r} (leave the flag out to start afresh, or use `auto` to resume when there "
+                "is one and start afresh when not)"
             )
         return str(checkpoints[-1])
     if not _is_complete(Path(value)):

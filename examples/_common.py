@@ -5,18 +5,24 @@ tokenizer or image processor and a filled model card.
 
 import argparse
 import ast
+import contextlib
+import datetime
 import importlib
 import inspect
 import math
 import os
 import random
+import socket
+import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from _cli import MODEL_FLAGS, TRAINING_FLAGS, UsageError
+from _cli import MODEL_FLAGS, PROCESSES_KEY, TRAINING_FLAGS, UsageError
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
@@ -30,6 +36,7 @@ from transformers import (
     pipeline,
     set_seed,
 )
+from transformers.trainer_callback import ExportableState
 
 from turner_tfm import TurnerConfig
 from turner_tfm.cards import write_model_card
@@ -198,6 +205,7 @@ def training_arguments(
 ) -> TrainingArguments:
     """`TrainingArguments` (or the subclass `arguments_class`, e.g. sentence-transformers') from the flags of
     `_cli.add_training_arguments` (each passed as it is); `overrides` win."""
+    start_process_group(args)
     kwargs = {name: getattr(args, name) for name in TRAINING_FLAGS}
     kwargs.update(
         logging_first_step=True,
@@ -217,24 +225,182 @@ def training_arguments(
 
 class UnmarkCheckpointBeforeSaving(TrainerCallback):
     """Before the Trainer saves checkpoint-N into a folder an earlier run left (a run resumed from an older
-    checkpoint), delete that folder's trainer_state.json: the Trainer writes it last, so the folder counts as complete
-    (`_cli.complete_checkpoints`) again only once this save is whole."""
+    checkpoint), delete that folder's trainer_state.json, and each process its own RNG state: the Trainer writes
+    trainer_state.json last, so the folder counts as complete (`_cli.complete_checkpoints`) again only once this save
+    is whole."""
 
     def on_step_end(self, args: TrainingArguments, state: object, control: object, **kwargs: object) -> None:
-        if control.should_save and args.should_save:
-            (Path(args.output_dir) / f"checkpoint-{state.global_step}" / "trainer_state.json").unlink(missing_ok=True)
+        if not control.should_save:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        rng_state = f"rng_state_{args.process_index}.pth" if args.world_size > 1 else "rng_state.pth"
+        for name in ("trainer_state.json", rng_state) if args.should_save else (rng_state,):
+            (folder / name).unlink(missing_ok=True)
 
     on_epoch_end = on_step_end
+
+
+class RecordProcesses(TrainerCallback, ExportableState):
+    """Records in every checkpoint's trainer_state.json how many processes saved it: the main process writes that
+    file without waiting for the others, so `_cli.complete_checkpoints` also wants each process's RNG state there."""
+
+    def __init__(self, processes: int = 1) -> None:
+        self.processes = processes
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"processes": self.processes}}
+
+    def on_train_begin(self, args: TrainingArguments, state: object, control: object, **kwargs: object) -> None:
+        self.processes = args.world_size
+        state.stateful_callbacks[PROCESSES_KEY] = self.state()  # also in a state resumed from an older checkpoint
+
+
+assert RecordProcesses.__name__ == PROCESSES_KEY  # the Trainer files a callback's state under its class name
+
+
+def checkpoint_callbacks() -> list[TrainerCallback]:
+    """The callbacks that keep a checkpoint from counting as complete before every process's part of it is saved."""
+    return [UnmarkCheckpointBeforeSaving(), RecordProcesses()]
 
 
 def train(trainer: Trainer) -> float:
     """`trainer.train()`, continued from --resume-from-checkpoint when it is given (model, optimiser, schedule, RNG
     states and the place in the data all come back, so the run goes on as if never stopped); returns the seconds
-    this run trained."""
+    this run trained. Under a launcher, a failed collective is reported with the processes that are gone
+    (`ProcessWatch`)."""
     checkpoint = trainer.args.resume_from_checkpoint
     if checkpoint is not None:
         announce(f"resuming from {checkpoint}")
-    return trainer.train(resume_from_checkpoint=checkpoint).metrics["train_runtime"]
+    with ProcessWatch.start():
+        return trainer.train(resume_from_checkpoint=checkpoint).metrics["train_runtime"]
+
+
+def start_process_group(args: argparse.Namespace) -> None:
+    """Under a launcher without a GPU, join the gloo process group with --ddp-timeout before transformers or
+    accelerate do: `TrainingArguments(use_cpu=True)` passes no timeout on (gloo's default is 30 minutes) and
+    `from_pretrained(distributed_config=...)` uses two hours, so a process whose peer is gone without a word (a
+    machine switched off, a network cut) would wait that long in its next collective.
+
+    Under torchrun the group meets in a store of the first process's own (`_fresh_store`), not in torchrun's: torchrun
+    keeps its store across `--max-restarts`, and gloo, meeting there again, reads the addresses of the processes
+    that died (torch 2.13, pytorch/pytorch#167288: "Connection refused" and no restart)."""
+    if not distributed_without_gpu() or torch.distributed.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=args.ddp_timeout)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # not torchrun's workers: its own rendezvous
+        torch.distributed.init_process_group("gloo", timeout=timeout)
+        return
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = _fresh_store(rank, world_size, timeout)
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def _fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> torch.distributed.Store:
+    """A store that only this attempt's processes use: the first serves it on a free port and says where in
+    torchrun's store, with a word of its own; the others connect where it says until the store there answers with
+    that word (what an earlier attempt left there points to a process that is gone)."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    launcher = torch.distributed.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+    if rank == 0:
+        store = torch.distributed.TCPStore(host, 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+        word = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        store.set("turner/word", word)
+        launcher.set("turner/process-group-store", f"{store.port} {word}")
+        return store
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:
+        store_port, word = launcher.get("turner/process-group-store").decode().split()
+        with contextlib.suppress(torch.distributed.DistError):
+            store = torch.distributed.TCPStore(
+                host, int(store_port), is_master=False, timeout=datetime.timedelta(seconds=2), wait_for_workers=False
+            )
+            if store.get("turner/word").decode() == word:
+                store.set_timeout(timeout)
+                return store
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"process 0 did not open the process group's store within --ddp-timeout {timeout.total_seconds():g}"
+            )
+        time.sleep(0.1)
+
+
+class ProcessWatch:
+    """Names the processes of a multi-process run that are gone when a collective fails.
+
+    Each process counts up a key of its own in the launchers' store (torchrun's TCPStore at MASTER_ADDR:MASTER_PORT,
+    which the launcher of every node reaches) from a thread, every `BEAT` seconds, and says there where it runs.
+    When a collective fails, the counts that do not move within `LISTEN` seconds are the processes that died or froze;
+    a store that does not answer means the node that serves it (the first node) is gone. torchrun keeps its store
+    across restarts, so each process counts under a name of its own, which its rank's entry gives.
+    """
+
+    BEAT, LISTEN = 0.25, 3.0
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.prefix = f"turner-watch/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
+        self.rank, self.world_size = rank, world_size
+        self.address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        store = self._store()
+        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        where = f"node {os.environ.get('GROUP_RANK', '?')} (host {socket.gethostname()}, launcher pid {os.getppid()})"
+        store.set(f"{self.prefix}/where/{rank}", f"{name} pid {os.getpid()} on {where}")
+        self.stopped = threading.Event()
+        threading.Thread(target=self._beat, args=(store, name), daemon=True, name="turner-heartbeat").start()
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls) -> Iterator[None]:
+        """Watch the other processes while the block runs (a no-op outside a multi-process launcher)."""
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1 or "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            yield
+            return
+        watch = cls(int(os.environ["RANK"]), world_size)
+        try:
+            yield
+        except Exception as error:
+            if isinstance(error, torch.distributed.DistError) or "gloo" in str(error):  # a collective failed
+                print(f"\n{watch.lost()}", file=sys.stderr, flush=True)
+            raise
+        finally:
+            watch.stopped.set()
+
+    def _store(self) -> torch.distributed.Store:
+        host, port = self.address.rsplit(":", 1)
+        timeout = datetime.timedelta(seconds=self.LISTEN)
+        return torch.distributed.TCPStore(host, int(port), is_master=False, timeout=timeout, wait_for_workers=False)
+
+    def _beat(self, store: torch.distributed.Store, name: str) -> None:
+        while not self.stopped.wait(self.BEAT):
+            try:
+                store.add(f"{self.prefix}/beat/{name}", 1)
+            except torch.distributed.DistError:  # the store is gone: `lost` says so
+                return
+
+    def lost(self) -> str:
+        """One line: which processes stopped beating, and where they ran."""
+        try:
+            store = self._store()
+            where = {}
+            for rank in range(self.world_size):
+                key = f"{self.prefix}/where/{rank}"
+                where[rank] = store.get(key).decode().split(" ", 1) if store.check([key]) else ["", "not started"]
+            before = {rank: store.add(f"{self.prefix}/beat/{name}", 0) for rank, (name, _) in where.items()}
+            time.sleep(self.LISTEN)
+            gone = [
+                rank
+                for rank, (name, _) in where.items()
+                if rank != self.rank and store.add(f"{self.prefix}/beat/{name}", 0) == before[rank]
+            ]
+        except torch.distributed.DistError as error:  # the store client cannot reach the store
+            return (
+                f"lost the launchers' store at {self.address} ({type(error).__name__}): the node that serves it (the "
+                "first node) is gone, or its launcher has stopped"
+            )
+        if not gone:
+            return f"a collective failed, but every other process of {self.world_size} is still running"
+        names = "; ".join(f"process {rank} ({where[rank][1]})" for rank in gone)
+        return f"lost {len(gone)} of {self.world_size} processes, silent for {self.LISTEN:g} s: {names}"
 
 
 def is_main_process() -> bool:
@@ -302,7 +468,8 @@ def shard(model: PreTrainedModel, args: argparse.Namespace) -> PreTrainedModel:
     if fsdp_size == 1:
         return model
     with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
+        model.save_pretrained(folder)  # before the process group: with one, only the first process would write
+        start_process_group(args)
         return type(model).from_pretrained(folder, distributed_config=DistributedConfig(fsdp_size=fsdp_size))
 
 
@@ -442,7 +609,7 @@ def causal_lm_trainer(
         eval_dataset=sequences(tokenizer, eval_text, args.block_size, "held-out"),
         data_collator=collator,
         processing_class=tokenizer,
-        callbacks=[UnmarkCheckpointBeforeSaving()],
+        callbacks=checkpoint_callbacks(),
     )
 
 
@@ -520,7 +687,7 @@ def train_classifier(
         data_collator=data_collator,
         processing_class=processor,
         compute_metrics=accuracy,
-        callbacks=[UnmarkCheckpointBeforeSaving()],
+        callbacks=checkpoint_callbacks(),
     )
     train_runtime = train(trainer)
     print_loss_curve(trainer)

@@ -2,8 +2,6 @@
 `--resume-from-checkpoint true` to the very weights and losses of a run never stopped; one process of several that
 dies takes the others down at once, naming what happened; a save cut short is never resumed from."""
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -14,80 +12,25 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
-from safetensors.torch import load_file
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, import_example, run_example, script_env
-
-complete_checkpoints = import_example("_cli").complete_checkpoints
-
-LM_RUN = ("--train-file", "text.txt", "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
-LM_RUN += ("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL)
-LM_RUN += ("--hidden-dropout", "0.1")  # dropout draws random numbers: the RNG states must come back too
-
-
-def write_text(tmp_path: Path) -> None:
-    (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
-
-
-def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """A user's environment (`script_env`) without their accelerate config, and `extra`."""
-    return script_env(tmp_path, ACCELERATE_CONFIG_FILE=str(tmp_path / "no-config.yaml"), **extra)
-
-
-def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
-    """A run in a session of its own (as from a user's shell), its output in the file `process.log`."""
-    log = tmp_path / f"run-{time.monotonic_ns()}.log"
-    with log.open("w") as file:
-        process = subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            env=launch_env(tmp_path, **env),
-            stdout=file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    process.log = log
-    return process
-
-
-def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
-    """SIGKILL the run as soon as a checkpoint is complete; return the newest complete one."""
-    deadline = time.monotonic() + timeout
-    while not complete_checkpoints(output_dir):
-        assert process.poll() is None, f"the run ended (status {process.returncode}) before a checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint in time"
-        time.sleep(0.01)
-    kill_run(process)
-    return complete_checkpoints(output_dir)[-1]
-
-
-def kill_run(process: subprocess.Popen) -> None:
-    """SIGKILL a run and every process it started, as a preempted job is (a launcher's workers have sessions of their
-    own, so killing the launcher's process group would not reach them)."""
-    children = psutil.Process(process.pid).children(recursive=True)
-    os.killpg(process.pid, signal.SIGKILL)
-    for child in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-    process.wait(timeout=30)
-
-
-def logged_after(output_dir: Path, step: int) -> list[dict]:
-    """The Trainer's log entries (loss, grad norm, learning rate) after `step`, from the final checkpoint."""
-    state = json.loads((complete_checkpoints(output_dir)[-1] / "trainer_state.json").read_text())
-    return [entry for entry in state["log_history"] if "loss" in entry and entry["step"] > step]
-
-
-def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> None:
-    """The resumed run ends with the uninterrupted run's weights (1e-6) and logged the same losses after the resume."""
-    expected = load_file(uninterrupted / "model.safetensors")
-    for name, tensor in load_file(resumed / "model.safetensors").items():
-        torch.testing.assert_close(tensor, expected[name], atol=1e-6, rtol=0, msg=name)
-    after = logged_after(uninterrupted, resume_step)
-    assert after and logged_after(resumed, resume_step) == after
+from .workflow_utils import (
+    EXAMPLES,
+    LM_RUN,
+    TINY_MODEL,
+    accelerate_launch,
+    assert_same_run,
+    complete_checkpoints,
+    import_example,
+    kill_after_first_checkpoint,
+    kill_run,
+    launch_env,
+    run_example,
+    start,
+    worker_pids,
+    write_text,
+)
 
 
 def assert_resumes_exactly(command: Callable[[], list[str]], run: tuple[str, ...], tmp_path: Path) -> Path:
@@ -151,20 +94,6 @@ def test_a_killed_classifier_or_lora_run_resumes_exactly(script: str, tmp_path: 
     assert_resumes_exactly(
         lambda: [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
     )
-
-
-def worker_pids(launcher: subprocess.Popen) -> dict[int, int]:
-    """{rank: pid} of the processes a launcher started, once they all run."""
-    while True:
-        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
-        workers = {}
-        for child in psutil.Process(launcher.pid).children(recursive=True):
-            rank = child.environ().get("RANK")
-            if rank is not None and "accelerate.commands.launch" not in child.cmdline():
-                workers[int(rank)] = child.pid
-        if len(workers) == 2:
-            return workers
-        time.sleep(0.1)
 
 
 def wait_for_training(launcher: subprocess.Popen) -> None:

@@ -1,13 +1,21 @@
 """Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
 it printed."""
 
+import contextlib
 import importlib
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
+import torch
+from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -95,3 +103,155 @@ def import_example(name: str) -> object:
     if str(EXAMPLES) not in sys.path:
         sys.path.insert(0, str(EXAMPLES))
     return importlib.import_module(name)
+
+
+# A tiny language-model run, 24 steps, saving every 8 (train_causal_lm.py), for the interrupted and multi-node runs
+LM_RUN = ("--train-file", "text.txt", "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
+LM_RUN += ("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL)
+LM_RUN += ("--hidden-dropout", "0.1")  # dropout draws random numbers: the RNG states must come back too
+
+
+def write_text(tmp_path: Path) -> None:
+    """The `text.txt` that LM_RUN trains on."""
+    (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
+
+
+def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A user's environment (`script_env`) without their accelerate config, and `extra`."""
+    return script_env(tmp_path, ACCELERATE_CONFIG_FILE=str(tmp_path / "no-config.yaml"), **extra)
+
+
+def torchrun(
+    *, nodes: int = 1, processes: int = 2, port: int, node_rank: int | None = None, max_restarts: int = 0
+) -> list[str]:
+    """`torchrun` as each of `nodes` machines runs it, `processes` workers each: with c10d rendezvous at
+    127.0.0.1:`port`, or, given `node_rank`, the static rendezvous of node 0 at 127.0.0.1:`port` (node 0's launcher
+    serves the store). On one machine, start it `nodes` times for that many "nodes"."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(processes),
+    ]
+    if node_rank is None:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"]
+    else:
+        command += ["--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    return [*command, "--max-restarts", str(max_restarts), "--monitor-interval", "0.1"]
+
+
+def start(command: list[str], tmp_path: Path, **env: str) -> subprocess.Popen:
+    """A run in a session of its own (as from a user's shell), its output in the file `process.log`."""
+    log = tmp_path / f"run-{time.monotonic_ns()}.log"
+    with log.open("w") as file:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=launch_env(tmp_path, **env),
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log = log
+    return process
+
+
+def kill_run(process: subprocess.Popen, how: signal.Signals = signal.SIGKILL) -> None:
+    """Send `how` to a run and every process it started, as a preempted job or a machine switched off is (a
+    launcher's workers have sessions of their own, so killing the launcher's process group would not reach them);
+    wait for it to end unless `how` only stops it (SIGSTOP)."""
+    children = []
+    with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):  # it ended by itself
+        children = psutil.Process(process.pid).children(recursive=True)
+        os.killpg(process.pid, how)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.send_signal(how)
+    if how != signal.SIGSTOP:
+        process.wait(timeout=30)
+
+
+def logs(*processes: subprocess.Popen, tail: int = 3000) -> str:
+    """The end of each run's output (every launcher prints its workers' tracebacks), for a failed assertion."""
+    return "\n".join(
+        f"--- {process.log.name} (exit status {process.poll()}):\n{process.log.read_text()[-tail:]}"
+        for process in processes
+    )
+
+
+def wait_all(*processes: subprocess.Popen, timeout: float = 600, expect_failure: bool = False) -> list[str]:
+    """Wait for every run; after `timeout` seconds kill what is left, so a test never hangs. Fails the test, with
+    every run's output, unless each ended as expected; returns the outputs."""
+    deadline = time.monotonic() + timeout
+    try:
+        for process in processes:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after {timeout} s:\n{logs(*processes)}") from None
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                kill_run(process)
+    failed = [process.returncode != 0 for process in processes]
+    assert failed == [expect_failure] * len(processes), (
+        f"exit statuses {[p.returncode for p in processes]}:\n{logs(*processes)}"
+    )
+    return [process.log.read_text() for process in processes]
+
+
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """`_cli.complete_checkpoints`: what `--resume-from-checkpoint true|auto` chooses from."""
+    return import_example("_cli").complete_checkpoints(output_dir)
+
+
+def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:
+    """SIGKILL the run as soon as a checkpoint is complete; return the newest complete one."""
+    deadline = time.monotonic() + timeout
+    while not complete_checkpoints(output_dir):
+        assert process.poll() is None, f"the run ended (status {process.returncode}) before a checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.01)
+    kill_run(process)
+    return complete_checkpoints(output_dir)[-1]
+
+
+def logged_after(output_dir: Path, step: int) -> list[dict]:
+    """The Trainer's log entries (loss, grad norm, learning rate) after `step`, from the final checkpoint."""
+    state = json.loads((complete_checkpoints(output_dir)[-1] / "trainer_state.json").read_text())
+    return [entry for entry in state["log_history"] if "loss" in entry and entry["step"] > step]
+
+
+def assert_same_weights(folder: Path, expected_folder: Path) -> None:
+    """The saved model in `folder` has the weights of the one in `expected_folder` (1e-6)."""
+    expected = load_file(expected_folder / "model.safetensors")
+    weights = load_file(folder / "model.safetensors")
+    assert weights.keys() == expected.keys()
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected[name], atol=1e-6, rtol=0, msg=name)
+
+
+def assert_same_run(resumed: Path, uninterrupted: Path, resume_step: int) -> None:
+    """The resumed run ends with the uninterrupted run's weights (1e-6) and logged the same losses after the resume."""
+    assert_same_weights(resumed, uninterrupted)
+    after = logged_after(uninterrupted, resume_step)
+    assert after and logged_after(resumed, resume_step) == after
+
+
+def worker_pids(launcher: subprocess.Popen, count: int = 2, timeout: float = 300) -> dict[int, int]:
+    """{rank: pid} of the `count` processes a launcher started, once they all run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert launcher.poll() is None, launcher.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {count} workers in {timeout} s:\n{launcher.log.read_text()[-3000:]}"
+        workers = {}
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                rank = child.environ().get("RANK")
+                if rank is not None and "accelerate.commands.launch" not in child.cmdline():
+                    workers[int(rank)] = child.pid
+        if len(workers) == count:
+            return workers
+        time.sleep(0.1)
