@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands behind the README's benchmark table, in its order; each prints its Markdown table and writes JSON to
+# The commands behind docs/benchmarks.md's main table, in its order; each prints its Markdown table and writes JSON to
 # benchmarks/results/. Run it on a quiet machine: every figure records the load average before and after it and is
 # marked noisy when the load was above the core count. One torch thread: with more, OpenMP spin-waits on a busy
 # machine swing single steps by 20x. Takes about an hour on 2 cores (the compiled rows compile for minutes).

@@ -27,7 +27,7 @@ from _cli import (
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(__doc__.split("\n\n")[0])
     # 1000 steps of 8 x 128 characters: the CPU time of 600 steps of 16 x 128, with more, smaller updates. Rotary
-    # positions: 1.78 against 1.88 nats for learned ones on Shakespeare (README, docs/experiments.md).
+    # positions: 1.78 against 1.88 nats for learned ones on Shakespeare (docs/benchmarks.md, docs/experiments.md).
     add_training_arguments(
         parser, output_dir="./turner-quickstart", max_steps=1000, learning_rate=3e-3, per_device_train_batch_size=8
     )

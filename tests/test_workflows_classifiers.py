@@ -82,5 +82,5 @@ def test_classifier_scripts_name_bad_data_clearly(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_image_classifier_defaults_reach_95_percent_on_the_digits(tmp_path: Path) -> None:
     output = run_example("train_image_classifier.py", tmp_path=tmp_path, timeout=1200)
-    print(output)  # the numbers the README quotes: shown with `pytest -s`
+    print(output)  # the numbers docs/workflows.md quotes: shown with `pytest -s`
     assert printed_number(output, "test accuracy:") >= 0.95, output[-3000:]

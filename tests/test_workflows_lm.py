@@ -226,7 +226,7 @@ def test_text_classifier_fine_tunes_the_language_model_on_a_csv(quickstart: tupl
 @pytest.mark.slow
 def test_quickstart_with_its_defaults_learns_and_saves(tmp_path: Path) -> None:
     output = run_example("quickstart.py", tmp_path=tmp_path, timeout=1800)
-    print(output)  # the numbers the README quotes: shown with `pytest -s`
+    print(output)  # the numbers docs/workflows.md quotes: shown with `pytest -s`
     losses = training_losses(output)
     assert losses[0] > 4.0 and losses[-1] < 1.9, losses  # from uniform over ~100 characters to below 1.9 nats
     assert printed_number(output, "held-out loss") <= 1.90

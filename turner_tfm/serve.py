@@ -8,9 +8,9 @@ module adds the smallest piece for each and leaves the server itself alone:
    `getattr(transformers, config.architectures[0])`, so a class known only to the Auto registry (`import turner_tfm`)
    or to the folder's `auto_map` (`--trust-remote-code`) is an `AttributeError` and the server does not start.
    `expose_architecture` resolves the folder's class the way the Auto classes would and sets it, under its own name,
-   on the module object that line reads. It stands in for the upstream fix (README, "Serve over HTTP"): fall back to
-   `AutoModelForCausalLM` (which reads the registry and `auto_map`) when `transformers` has no such attribute, as
-   TRL's own loader does since huggingface/trl#5802.
+   on the module object that line reads. It stands in for the upstream fix (docs/deploy.md, "Serve over HTTP"):
+   fall back to `AutoModelForCausalLM` (which reads the registry and `auto_map`) when `transformers` has no such
+   attribute, as TRL's own loader does since huggingface/trl#5802.
 2. Requests the model cannot answer. Upstream, a negative or huge `max_tokens`, a prompt longer than the positions,
    and a chat request to a tokenizer without a chat template all end as a 500 (or a stream that carries the model's
    error). `RequestChecks` reads each `/v1/completions` and `/v1/chat/completions` body before the server does and
