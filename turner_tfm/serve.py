@@ -31,14 +31,12 @@ from typing import Any
 SERVED_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
-def model_class_for(folder: str, trust_remote_code: bool) -> type:
-    """The causal-LM class the Auto classes load `folder` as: the folder's own code (`auto_map`) with
-    `trust_remote_code`, else the class registered for its config (`import turner_tfm`)."""
-    from transformers import AutoConfig
+def model_class_for(folder: str, config: Any, trust_remote_code: bool) -> type:
+    """The causal-LM class the Auto classes load `folder` (whose config is `config`) as: the folder's own code
+    (`auto_map`) with `trust_remote_code`, else the class registered for its config (`import turner_tfm`)."""
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     class_ref = (getattr(config, "auto_map", None) or {}).get("AutoModelForCausalLM")
     if trust_remote_code and class_ref is not None:
         return get_class_from_dynamic_module(class_ref, folder)
@@ -62,13 +60,14 @@ def expose_architecture(folder: str, trust_remote_code: bool) -> type | None:
     from transformers import AutoConfig
     from transformers.cli.serving import model_manager
 
-    architectures = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code).architectures or []
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    architectures = config.architectures or []
     if not architectures:
         raise SystemExit(f"turner-serve: {folder}/config.json names no `architectures`; save it with save_pretrained")
     name = architectures[0]
     if hasattr(model_manager.transformers, name):
         return None
-    model_class = model_class_for(folder, trust_remote_code)
+    model_class = model_class_for(folder, config, trust_remote_code)
     if model_class.__name__ != name:
         raise SystemExit(
             f"turner-serve: {folder} holds a {name} (config.json `architectures`); transformers serve generates text "
