@@ -176,7 +176,7 @@ class TurnerConfig(PreTrainedConfig):
     """
 
     model_type = "turner"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache, from transformers 5.24 and before
 
     vocab_size: int = _positive_int(32000)
     hidden_size: int = _positive_int(768)
