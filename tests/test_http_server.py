@@ -20,6 +20,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from threading import Barrier
 
+import psutil
 import pytest
 import torch
 from openai import BadRequestError, OpenAI
@@ -40,13 +41,13 @@ CHAT_TEMPLATE = (
 POSITIONS = 64  # learned positions: a prompt and its completion must fit in 64
 STARTUP_TIMEOUT = 180  # seconds for the server to answer /health
 REQUEST_TIMEOUT = 120
-# On the CPU, continuous batching sizes its paged KV cache from 90% of the machine's free RAM unless told otherwise:
-# 32 blocks of 256 tokens are enough for 8 requests of at most 64 positions.
-CB_CACHE = ["--cb-num-blocks", "32", "--cb-max-batch-tokens", "1024"]
+# Continuous batching runs with turner-serve's own paged-cache size (upstream's would be most of the machine's RAM):
+# room for 16 requests (--cb-max-requests' default) of 64 positions, one 256-token block each.
 SERVERS = {  # name: (folder, turner-serve options, the command: the installed script or the module)
     "installed": ("chat", [], "script"),
-    "remote-code-cb": ("chat", ["--trust-remote-code", "--continuous-batching", *CB_CACHE], "module"),
+    "remote-code-cb": ("chat", ["--trust-remote-code", "--continuous-batching"], "module"),
 }
+SERVER_MEMORY = 2 * 2**30  # bytes of RSS a server of these tiny models stays under, its paged cache included
 SCRIPT = Path(sys.executable).with_name("turner-serve")  # what `pip install` put beside this interpreter
 
 
@@ -242,10 +243,63 @@ def test_turner_serve_help_lists_the_options_of_transformers_serve(capsys, monke
         "--continuous-batching",
         "--trust-remote-code",
         "--cb-num-blocks",
+        "--cb-max-requests",
         "--port",
         "--attn-implementation",
     ):
         assert option in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("options", "positions", "expected"),
+    [
+        (["--continuous-batching"], 64, ["--cb-num-blocks", "16", "--cb-max-batch-tokens", "1024"]),
+        (["--continuous-batching"], 256, ["--cb-num-blocks", "16", "--cb-max-batch-tokens", "4096"]),
+        (["--continuous-batching"], 2048, ["--cb-num-blocks", "128", "--cb-max-batch-tokens", "8192"]),
+        (
+            ["--continuous-batching", "--cb-max-requests", "3"],
+            300,
+            ["--cb-num-blocks", "6", "--cb-max-batch-tokens", "900"],
+        ),
+        (
+            ["--continuous-batching", "--cb-block-size", "32"],
+            64,
+            ["--cb-num-blocks", "32", "--cb-max-batch-tokens", "1024"],
+        ),
+        (["--continuous-batching", "--cb-max-batch-tokens", "77"], 64, ["--cb-num-blocks", "16"]),
+        (["--continuous-batching", "--cb-num-blocks", "5"], 64, []),  # the user's size, as given
+        ([], 64, []),  # no paged cache
+    ],
+    ids=[
+        "default",
+        "256-positions",
+        "batch-tokens-capped",
+        "max-requests",
+        "block-size",
+        "batch-tokens-given",
+        "num-blocks-given",
+        "no-continuous-batching",
+    ],
+)
+def test_the_paged_cache_is_sized_from_the_positions_and_the_requests_unless_given(options, positions, expected):
+    """Blocks: --cb-max-requests whole requests of max_position_embeddings positions, a whole number of blocks of the
+    page size each; tokens a forward pass: that many whole prompts, at most upstream's 8192."""
+    from turner_tfm.serve import paged_cache_options, serve_command
+
+    with serve_command().make_context("turner-serve", ["folder", *options]) as context:
+        assert paged_cache_options(context.params, positions) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_turner_serve_refuses_a_cb_max_requests_that_is_not_a_positive_integer(folders, capsys, value):
+    """Refused by the parser before the folder is read (nothing is loaded, no server starts)."""
+    from turner_tfm.serve import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(folders["chat"]), "--continuous-batching", "--cb-max-requests", value])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Invalid value for '--cb-max-requests'" in error, error
 
 
 def test_turner_serve_without_a_folder_says_what_it_needs(capsys):
@@ -258,6 +312,40 @@ def test_turner_serve_without_a_folder_says_what_it_needs(capsys):
 
 
 # ---- answers equal generate() -----------------------------------------------------------------------------------
+
+
+def test_the_model_list_names_the_served_model_as_requests_name_it(server, reference):
+    """`GET /v1/models` (upstream: a 500, from a scan of the Hub cache) lists the one model served, under the name a
+    completion request must use; the OpenAI client reads it, and a request with that name is answered."""
+    models = server.client().models.list().data
+    assert [(model.id, model.object, model.owned_by) for model in models] == [(server.model, "model", "turner-serve")]
+    answer = server.client().completions.create(model=models[0].id, prompt="Hi", max_tokens=12, temperature=0)
+    assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(12, prompt="Hi")
+
+
+def test_the_server_stays_small_after_answering(server, reference):
+    """Continuous batching sizes its paged cache from the positions (16 requests of 64: 16 blocks), not from the
+    machine's free RAM, and says so; after 12 concurrent requests the server's memory is still that of a tiny model."""
+    sizing = [line for line in server.output().splitlines() if "paged-cache blocks" in line]
+    if "--continuous-batching" in server.process.args:
+        assert sizing == [
+            "turner-serve: continuous batching: 16 paged-cache blocks, room for 16 requests of "
+            "max_position_embeddings=64 positions at once (--cb-max-requests; --cb-num-blocks sets the size itself): "
+            "--cb-num-blocks 16 --cb-max-batch-tokens 1024"
+        ], server.output()[-4000:]
+    else:
+        assert sizing == []
+    prompts = [f"x{index}" for index in range(12)]
+    expected = [reference(12, prompt=prompt) for prompt in prompts]
+
+    def ask(prompt: str) -> tuple[str, int]:
+        answer = server.client().completions.create(model=server.model, prompt=prompt, max_tokens=12, temperature=0)
+        return answer.choices[0].text, answer.usage.completion_tokens
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        assert list(pool.map(ask, prompts)) == expected
+    memory = psutil.Process(server.process.pid).memory_info().rss
+    assert memory < SERVER_MEMORY, f"the server holds {memory / 2**30:.1f} GiB"
 
 
 def test_the_server_loads_the_class_it_was_asked_to(server):

@@ -18,7 +18,15 @@ module adds the smallest piece for each and leaves the server itself alone:
    positions left after its prompt instead of the server's 1024. Malformed JSON and non-UTF-8 bodies go on to the
    server, which answers them (422, 400) itself.
 
-Everything after the folder is `transformers serve`'s own options, parsed by its own command (`--help` lists them).
+3. Leaving it running. `GET /v1/models`, the first call many OpenAI clients and chat UIs make, is a 500 upstream
+   (it scans the Hub cache, and would not list a local folder anyway): `RequestChecks` answers it with the served
+   model, under the name requests use. And `--continuous-batching` sizes its paged KV cache, unless told, from the
+   device's free memory, which on the CPU is the machine's RAM (a 256-position model's server grew from 0.4 to
+   14 GiB at its first request): `paged_cache_options` sizes it from what the model can use instead, room for
+   `--cb-max-requests` requests of `max_position_embeddings` positions each, unless `--cb-num-blocks` says otherwise.
+
+Everything after the folder is `transformers serve`'s own options, parsed by its own command (`--help` lists them),
+plus `--cb-max-requests`.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 SERVED_ROUTES = ("/v1/completions", "/v1/chat/completions")
+MODELS_ROUTE = "/v1/models"
+CB_MAX_REQUESTS = 16  # --cb-max-requests' default: requests the paged cache holds at once, at full length each
 
 
 def model_class_for(folder: str, config: Any, trust_remote_code: bool) -> type:
@@ -90,6 +100,9 @@ class RequestChecks:
         self.model = model
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == MODELS_ROUTE:
+            await _send_json(send, 200, {"object": "list", "data": [self.model.card()]})
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in SERVED_ROUTES:
             await self.app(scope, receive, send)
             return
@@ -138,6 +151,7 @@ class ServedModel:
         from transformers import AutoConfig, AutoTokenizer
 
         self.folder = folder
+        self.created = int(Path(folder, "config.json").stat().st_mtime)
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.max_positions = config.max_position_embeddings
@@ -147,6 +161,11 @@ class ServedModel:
             if learned
             else f"the model serves at most max_position_embeddings={self.max_positions} positions"
         )
+
+    def card(self) -> dict:
+        """The served model as `GET /v1/models` lists it (OpenAI's model object): its id is the name requests must
+        use, the FOLDER as given on the command line (the server refuses any other)."""
+        return {"id": self.folder, "object": "model", "created": self.created, "owned_by": "turner-serve"}
 
     def checked(self, path: str, raw: bytes) -> bytes:
         """The body to pass on to the server for a request to `path`; `RequestError` if it cannot be served. A body
@@ -215,27 +234,97 @@ def add_request_checks(model: ServedModel) -> None:
     server.build_server = build_checked_server
 
 
+# ---- the paged cache of --continuous-batching -------------------------------------------------------------------
+
+
+def paged_cache_options(params: dict, max_positions: int) -> list[str]:
+    """The `transformers serve` options that size `--continuous-batching`'s paged KV cache from what the model can
+    use: `--cb-max-requests` requests of `max_positions` positions each, `ceil(max_positions / page size)` blocks a
+    request. Upstream, an unset `--cb-num-blocks` is sized from the device's free memory (on the CPU: 90% of the
+    machine's RAM less the server's own) and an unset `--cb-max-batch-tokens` is 8192 tokens a forward pass, whose
+    attention masks grow with the cache. Returns no options when continuous batching is off or `--cb-num-blocks` is
+    given (the user asked for a size); `--cb-max-batch-tokens`, when given, is kept."""
+    from transformers import ContinuousBatchingConfig
+
+    if not params.get("continuous_batching") or params.get("cb_num_blocks") is not None:
+        return []
+    requests = params.get("cb_max_requests") or CB_MAX_REQUESTS
+    page = params.get("cb_block_size") or ContinuousBatchingConfig().page_size
+    options = ["--cb-num-blocks", str(requests * -(-max_positions // page))]
+    if params.get("cb_max_batch_tokens") is None:  # every request's whole prompt in one forward pass, at most
+        options += ["--cb-max-batch-tokens", str(min(requests * max_positions, 8192))]
+    return options
+
+
 # ---- the command ------------------------------------------------------------------------------------------------
 
 
 def serve_command() -> Any:
-    """`transformers serve` as a click command of its own (its options, its parser, its help)."""
+    """`transformers serve` as a click command of its own (its options, its parser, its help), plus turner-serve's
+    `--cb-max-requests`, which sizes the paged cache (see `paged_cache_options`) and is not passed on to it."""
+    import copy
+    import inspect
+    from typing import Annotated
+
     import typer
     from transformers.cli.serve import Serve
 
+    upstream = inspect.signature(Serve.__init__, eval_str=True)
+    cb_max_requests = inspect.Parameter(
+        "cb_max_requests",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=CB_MAX_REQUESTS,
+        annotation=Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help=(
+                    "turner-serve: with --continuous-batching and no --cb-num-blocks, the paged KV cache holds this "
+                    "many requests of max_position_embeddings positions each (more wait for room), and "
+                    "--cb-max-batch-tokens defaults to this many whole prompts (at most 8192). Without it the cache "
+                    "is sized from free memory: on the CPU, most of the machine's RAM."
+                ),
+            ),
+        ],
+    )
+    parameters = [*list(upstream.parameters.values())[1:], cb_max_requests]  # less `self`
+    for index, parameter in enumerate(parameters):
+        if parameter.name == "cb_num_blocks":  # its help says what turner-serve does when it is not given
+            option = copy.copy(parameter.annotation.__metadata__[0])
+            option.help = f"{option.help} Default (turner-serve): room for --cb-max-requests whole requests."
+            annotation = Annotated[parameter.annotation.__origin__, option]
+            parameters[index] = parameter.replace(annotation=annotation)
+
+    def serve(**options: Any) -> Any:
+        options.pop("cb_max_requests")  # read by main() before the command runs
+        return Serve(**options)
+
+    serve.__signature__ = upstream.replace(parameters=parameters)
+    serve.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(help=Serve.__doc__)(Serve)
+    app.command(help=Serve.__doc__)(serve)
     return typer.main.get_command(app)
 
 
 def main(argv: list[str] | None = None) -> None:
+    import typer
+
+    usage_error = getattr(typer, "TyperException", None)  # typer 0.29 carries its own click
+    if usage_error is None:
+        from click import ClickException as usage_error
+
     argv = list(sys.argv[1:] if argv is None else argv)
     command = serve_command()
     if {"--help", "-h"} & set(argv):
         command.main(args=["--help"], prog_name="turner-serve")
         return
-    with command.make_context("turner-serve", list(argv), resilient_parsing=True) as context:
-        folder, trust_remote_code = context.params.get("force_model"), bool(context.params.get("trust_remote_code"))
+    try:  # a bad option is refused now, before the folder is read
+        with command.make_context("turner-serve", list(argv)) as context:
+            params = dict(context.params)
+    except usage_error as error:
+        error.show()
+        sys.exit(error.exit_code)
+    folder, trust_remote_code = params.get("force_model"), bool(params.get("trust_remote_code"))
     if folder is None:
         print(
             "turner-serve: give the FOLDER to serve: turner-serve FOLDER [transformers serve options]", file=sys.stderr
@@ -255,8 +344,18 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
             flush=True,
         )
-    add_request_checks(ServedModel(folder, trust_remote_code))
-    command.main(args=argv, prog_name="turner-serve")
+    served = ServedModel(folder, trust_remote_code)
+    if cache := paged_cache_options(params, served.max_positions):
+        print(
+            f"turner-serve: continuous batching: {cache[1]} paged-cache blocks, room for "
+            f"{params.get('cb_max_requests') or CB_MAX_REQUESTS} requests of max_position_embeddings="
+            f"{served.max_positions} positions at once (--cb-max-requests; --cb-num-blocks sets the size itself): "
+            f"{' '.join(cache)}",
+            file=sys.stderr,
+            flush=True,
+        )
+    add_request_checks(served)
+    command.main(args=[*argv, *cache], prog_name="turner-serve")
 
 
 if __name__ == "__main__":
