@@ -10,6 +10,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from turner_tfm import TurnerForCausalLM
+from turner_tfm.compat_turner import named_cache, output_cache
 from turner_tfm.generation_turner import TurnerDynamicLayer
 
 from .tiny import random_ids, text_config
@@ -76,12 +77,12 @@ def generate(model: TurnerForCausalLM, ids: torch.Tensor, cache: DynamicCache | 
     out = model.generate(
         ids,
         attention_mask=(ids != PAD).long(),
-        past_key_values=cache,
+        **named_cache(cache),
         pad_token_id=PAD,
         return_dict_in_generate=True,
         **kwargs,
     )
-    return out.sequences, out.past_key_values
+    return out.sequences, output_cache(out)
 
 
 DECODING = {
@@ -120,11 +121,11 @@ def test_forward_cache_continues_across_inference_and_no_grad_and_from_a_deep_co
     with torch.no_grad():
         full = model(ids).logits
     with torch.inference_mode():
-        prefix = model(ids[:, :8], use_cache=True).past_key_values
+        prefix = output_cache(model(ids[:, :8], use_cache=True))
     assert isinstance(prefix.layers[0], TurnerDynamicLayer)
     for cache in (copy.deepcopy(prefix), prefix):  # the copy first: continuing it must leave the original intact
         with torch.no_grad():
-            rest = model(ids[:, 8:], past_key_values=cache, use_cache=True).logits
+            rest = model(ids[:, 8:], cache=cache, use_cache=True).logits
         torch.testing.assert_close(rest, full[:, 8:], atol=1e-5, rtol=1e-5)
         assert cache.get_seq_length() == 12
 
@@ -135,8 +136,8 @@ def test_gradients_flow_through_cached_steps_as_without_a_cache():
     model(ids).logits[:, 6:].sum().backward()
     expected = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    cache = model(ids[:, :6], use_cache=True).past_key_values
-    steps = [model(ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits for i in range(6, 10)]
+    cache = output_cache(model(ids[:, :6], use_cache=True))
+    steps = [model(ids[:, i : i + 1], cache=cache, use_cache=True).logits for i in range(6, 10)]
     torch.cat(steps, dim=1).sum().backward()
     for parameter, grad in zip(model.parameters(), expected, strict=True):
         torch.testing.assert_close(parameter.grad, grad, atol=1e-5, rtol=1e-4)

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, CompileConfig
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
+from turner_tfm.compat_turner import output_cache
 
 from .tiny import image_config, random_ids, text_config
 
@@ -82,8 +83,8 @@ def test_a_forward_pass_forces_no_device_sync():
         with pytest.raises(RuntimeError, match="synchroniz"):
             prompt.sum().item()
         with torch.no_grad():
-            cache = model(prompt, use_cache=True).past_key_values
-            model(step, past_key_values=cache, use_cache=True)
+            cache = output_cache(model(prompt, use_cache=True))
+            model(step, cache=cache, use_cache=True)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

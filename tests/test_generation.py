@@ -6,6 +6,7 @@ from transformers import DynamicCache, StaticCache
 from transformers.generation import CompileConfig, StoppingCriteria
 
 from turner_tfm import TurnerForCausalLM
+from turner_tfm.compat_turner import output_cache
 
 from .tiny import random_ids, text_config
 
@@ -26,9 +27,9 @@ def test_logits_with_and_without_the_dynamic_cache_are_equal(position_embedding_
     with torch.no_grad():
         full = model(ids).logits
         prefix = model(ids[:, :8], use_cache=True)
-        assert isinstance(prefix.past_key_values, DynamicCache)
-        cache = prefix.past_key_values
-        steps = [model(ids[:, i : i + 1], past_key_values=cache, use_cache=True).logits for i in range(8, 12)]
+        assert isinstance(output_cache(prefix), DynamicCache)
+        cache = output_cache(prefix)
+        steps = [model(ids[:, i : i + 1], cache=cache, use_cache=True).logits for i in range(8, 12)]
     assert cache.get_seq_length() == 12
     torch.testing.assert_close(torch.cat([prefix.logits, *steps], dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -38,13 +39,13 @@ def test_logits_with_the_static_cache_are_equal(model):
     cache = StaticCache(config=model.config, max_cache_len=16)
     with torch.no_grad():
         full = model(ids).logits
-        prefix = model(ids[:, :6], past_key_values=cache, use_cache=True).logits
-        step = model(ids[:, 6:], past_key_values=cache, use_cache=True).logits
+        prefix = model(ids[:, :6], cache=cache, use_cache=True).logits
+        step = model(ids[:, 6:], cache=cache, use_cache=True).logits
     torch.testing.assert_close(torch.cat([prefix, step], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_use_cache_false_returns_no_cache(model):
-    assert model(random_ids(1, 4), use_cache=False).past_key_values is None
+    assert output_cache(model(random_ids(1, 4), use_cache=False)) is None
 
 
 def greedy(model: TurnerForCausalLM, ids: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -124,9 +125,9 @@ def test_static_cache_decode_step_compiles_with_inductor(model):
 
 def test_training_forward_builds_no_cache(model):
     model.train()
-    assert model(random_ids(2, 5), use_cache=True).past_key_values is None
+    assert output_cache(model(random_ids(2, 5), use_cache=True)) is None
     model.eval()
-    assert model(random_ids(2, 5), use_cache=True).past_key_values is not None
+    assert output_cache(model(random_ids(2, 5), use_cache=True)) is not None
 
 
 class EditWeightsOnce(StoppingCriteria):

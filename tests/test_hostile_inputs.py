@@ -19,6 +19,7 @@ from turner_tfm import (
     TurnerModel,
 )
 from turner_tfm.checks_turner import check_causal_lm_labels, check_text_inputs
+from turner_tfm.compat_turner import output_cache
 
 from .tiny import image_config, random_ids, text_config
 
@@ -97,17 +98,17 @@ def test_input_ids_and_inputs_embeds_both_or_neither(causal_lm, kwargs):
 
 def test_cached_decoding_past_the_learned_positions_is_refused(causal_lm):
     with torch.no_grad():
-        cache = causal_lm(random_ids(1, 63), use_cache=True).past_key_values
-        causal_lm(random_ids(1, 1), past_key_values=cache)  # position 63: the last learned one
+        cache = output_cache(causal_lm(random_ids(1, 63), use_cache=True))
+        causal_lm(random_ids(1, 1), cache=cache)  # position 63: the last learned one
         with pytest.raises(ValueError, match="`position_ids` contains 64"):
-            causal_lm(random_ids(1, 1), past_key_values=cache)
+            causal_lm(random_ids(1, 1), cache=cache)
 
 
 def test_token_ids_passed_with_a_cache_are_still_checked(causal_lm):
     with torch.no_grad():
-        cache = causal_lm(random_ids(1, 4), use_cache=True).past_key_values
+        cache = output_cache(causal_lm(random_ids(1, 4), use_cache=True))
         with pytest.raises(ValueError, match=r"`input_ids` contains 99 is invalid: token ids must be in \[0, 99\)"):
-            causal_lm(torch.tensor([[99]]), past_key_values=cache)
+            causal_lm(torch.tensor([[99]]), cache=cache)
 
 
 def value_reads(model: TurnerForCausalLM, prompt: torch.Tensor, new_tokens: int) -> int:

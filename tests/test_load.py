@@ -48,9 +48,9 @@ def test_long_generation_in_chunks_with_the_static_cache_holds_memory_flat(total
     token = torch.tensor([[5]])
     samples = []
     with torch.no_grad():
-        model(torch.randint(3, 99, (1, 96)), past_key_values=cache, use_cache=True)  # a prompt, then decode
+        model(torch.randint(3, 99, (1, 96)), cache=cache, use_cache=True)  # a prompt, then decode
         for step in range(total_tokens - 96):
-            logits = model(token, past_key_values=cache, use_cache=True).logits
+            logits = model(token, cache=cache, use_cache=True).logits
             token = logits[:, -1:].argmax(-1)
             if step % (total_tokens // 8) == 0:
                 samples.append(resident_bytes())

@@ -5,6 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, StaticCache
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification, TurnerModel
+from turner_tfm.compat_turner import output_cache
 
 from .test_remote_code import load_without_the_package
 from .tiny import image_config, random_ids, text_config
@@ -48,7 +49,7 @@ def test_cached_logits_equal_full_logits(switch, implementation):
     with torch.no_grad():
         full = model(ids).logits
         prefix = model(ids[:, :6], use_cache=True)
-        rest = model(ids[:, 6:], past_key_values=prefix.past_key_values, use_cache=True).logits
+        rest = model(ids[:, 6:], cache=output_cache(prefix), use_cache=True).logits
     torch.testing.assert_close(torch.cat([prefix.logits, rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -137,7 +138,7 @@ def test_rotary_positions_are_relative_and_run_past_the_trained_length():
     long_ids = random_ids(1, 100)  # max_position_embeddings is 64
     cache = StaticCache(config=model.config, max_cache_len=100)
     with torch.no_grad():
-        assert torch.isfinite(model(long_ids, past_key_values=cache, use_cache=True).logits).all()
+        assert torch.isfinite(model(long_ids, cache=cache, use_cache=True).logits).all()
 
 
 def test_concatenated_positions_fill_the_last_features():

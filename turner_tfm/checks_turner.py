@@ -99,8 +99,9 @@ def check_token_type_ids(
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks are taken as prepared by the caller."""
-    if attention_mask is None or attention_mask.ndim == 4:
+    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks, and continuous batching's masks per
+    layer type (a dict), are taken as prepared by the caller."""
+    if attention_mask is None or isinstance(attention_mask, dict) or attention_mask.ndim == 4:
         return
     if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
         raise _invalid_input(

@@ -10,6 +10,8 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation import GenerationConfig, GenerationMixin
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
+from .compat_turner import CACHE_NAME
+
 
 class TurnerDynamicLayer(DynamicLayer):
     """A `DynamicCache` layer that appends in place (§4.1's incremental property: earlier keys and values never
@@ -101,17 +103,28 @@ class TurnerGenerationMixin(GenerationMixin):
         """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
         and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
+
+    _checks_candidates = False  # set while assisted decoding runs
 
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
         """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
-        no check (on the CPU, a read of every new id and position each token). The prompt is checked as usual."""
-        decoding, self.model.decoding = self.model.decoding, True
+        no check (on the CPU, a read of every new id and position each token). The prompt is checked as usual, and so
+        are the ids of assisted decoding, which another model proposes (it runs here too from transformers 5.24)."""
+        decoding, self.model.decoding = self.model.decoding, not self._checks_candidates
         try:
             with super()._optimize_model_for_decode():
                 yield
         finally:
             self.model.decoding = decoding
+
+    def _assisted_decoding(self, *args, **kwargs):
+        """`GenerationMixin._assisted_decoding`, with every candidate id checked (`_optimize_model_for_decode`)."""
+        self._checks_candidates = True
+        try:
+            return super()._assisted_decoding(*args, **kwargs)
+        finally:
+            del self._checks_candidates

@@ -47,6 +47,7 @@ from .checks_turner import (
     check_position_ids,
     check_text_forward,
 )
+from .compat_turner import cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
 from .generation_turner import TurnerGenerationMixin, appending_cache
 from .hub_turner import TurnerHubMixin
@@ -271,7 +272,7 @@ class TurnerAttention(nn.Module):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -283,8 +284,8 @@ class TurnerAttention(nn.Module):
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
 
-        if past_key_values is not None:  # §4.1 incremental property: earlier keys and values never change
-            key, value = past_key_values.update(key, value, self.layer_idx)
+        if cache is not None:  # §4.1 incremental property: earlier keys and values never change
+            key, value = update_cache(cache, key, value, self.layer_idx, kwargs)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -337,11 +338,12 @@ class TurnerBlock(GradientCheckpointingLayer):
         self.mlp_norm = build_norm(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
+    @takes_cache
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
@@ -349,7 +351,7 @@ class TurnerBlock(GradientCheckpointingLayer):
             return self.self_attn(
                 x,
                 attention_mask=attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 position_embeddings=position_embeddings,
                 **kwargs,
             )[0]
@@ -369,7 +371,7 @@ class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["TurnerBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["cache", "past_key_values"]  # the name from transformers 5.24, and before
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_flex_attn = True
@@ -413,6 +415,7 @@ class TurnerModel(TurnerPreTrainedModel):
     def _input_embedding_name(self) -> str:
         return "patch_embed" if self.config.is_image_model else "embed_tokens"
 
+    @takes_cache
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -420,7 +423,7 @@ class TurnerModel(TurnerPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         pixel_values: torch.Tensor | None = None,
@@ -440,19 +443,16 @@ class TurnerModel(TurnerPreTrainedModel):
             hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding)
             use_cache = False
         else:
-            hidden_states, past_key_values, position_ids = self._embed_text(
-                input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, past_key_values, use_cache
+            hidden_states, cache, position_ids = self._embed_text(
+                input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, cache, use_cache
             )
-        mask = self._attention_mask(hidden_states, attention_mask, past_key_values, position_ids, packed)
+        mask = self._attention_mask(hidden_states, attention_mask, cache, position_ids, packed)
         rotations = self._rotations(hidden_states, position_ids)
 
+        block_cache = named_cache(cache)  # under the name this release's gradient checkpointing clears
         for block in self.layers:
             hidden_states = block(
-                hidden_states,
-                attention_mask=mask,
-                past_key_values=past_key_values,
-                position_embeddings=rotations,
-                **kwargs,
+                hidden_states, attention_mask=mask, position_embeddings=rotations, **block_cache, **kwargs
             )
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
@@ -460,7 +460,7 @@ class TurnerModel(TurnerPreTrainedModel):
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states, attention_mask) if self.pooler is not None else None,
-            past_key_values=past_key_values if use_cache else None,
+            **named_cache(cache if use_cache else None),
         )
 
     def _embed_text(
@@ -470,13 +470,13 @@ class TurnerModel(TurnerPreTrainedModel):
         attention_mask: torch.Tensor | None,
         position_ids: torch.LongTensor | None,
         token_type_ids: torch.LongTensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         use_cache: bool | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        if use_cache and past_key_values is None and self.config.is_causal and not self.training:
+        if use_cache and cache is None and self.config.is_causal and not self.training:
             # only a causal model reads its keys and values back (§4.1), and never while training
-            past_key_values = appending_cache(DynamicCache(config=self.config))
-        past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = appending_cache(DynamicCache(config=self.config))
+        past_seen = cached_length(cache)
         total_length = check_text_forward(
             self.config, input_ids, inputs_embeds, token_type_ids, attention_mask, past_seen, values=not self.decoding
         )
@@ -487,7 +487,7 @@ class TurnerModel(TurnerPreTrainedModel):
             position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen).unsqueeze(0)
         check_position_ids(self.config, position_ids, total_length, derived_positions)
         hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
-        return hidden_states, past_key_values, position_ids
+        return hidden_states, cache, position_ids
 
     def _rotations(
         self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None
@@ -503,7 +503,7 @@ class TurnerModel(TurnerPreTrainedModel):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         position_ids: torch.Tensor | None,
         packed: bool = False,
     ) -> torch.Tensor | None:
@@ -515,17 +515,17 @@ class TurnerModel(TurnerPreTrainedModel):
                 config=self.config,
                 inputs_embeds=hidden_states,
                 attention_mask=attention_mask,
-                past_key_values=past_key_values,
-                position_ids=position_ids,
+                position_ids=position_ids if packed else None,  # derived positions are one sequence: nothing to find
+                **named_cache(cache),
             )
         sequences = None
-        if packed and (past_key_values is None or past_key_values.get_seq_length() == 0):
+        if packed and cached_length(cache) == 0:
             sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **named_cache(cache),
             and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
         )
 
@@ -556,13 +556,14 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    @takes_cache
     @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -580,7 +581,7 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             use_cache=use_cache,
@@ -597,9 +598,9 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            **named_cache(output_cache(outputs)),
         )
 
 

@@ -1,0 +1,111 @@
+"""What differs between the transformers releases a Turner model runs on, detected by feature in this one place.
+
+transformers 5.24 renamed the cache a model takes and returns from `past_key_values` to `cache` (in forwards, outputs,
+mask builders and `GradientCheckpointingLayer`), and moved the update of continuous batching's paged cache out of the
+attention functions into the model (`cache.update(key, value, layer_idx, kwargs=kwargs)`). Turner follows the newest
+convention: its forwards take `cache`, accept `past_key_values` from callers that still use it, and refuse any
+keyword they would not read, so the next rename fails loudly instead of decoding without context. `modeling_turner.py`
+imports this module; `save_pretrained` copies it beside it, so a folder saved under one release runs under the other.
+"""
+
+import dataclasses
+import functools
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+
+import torch
+from transformers.cache_utils import Cache
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# The name this release gives the cache in model inputs and outputs: "cache" from 5.24, "past_key_values" before.
+CACHE_NAME = (
+    "cache" if "cache" in {field.name for field in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
+)
+OLD_CACHE_NAME = "past_key_values"
+
+# Before 5.24, continuous batching handed its paged cache to the model as `cache`, for transformers' paged attention
+# functions to write (they take it from their keyword arguments); from 5.24 the model writes it like any other cache.
+ATTENTION_WRITES_PAGED_CACHE = CACHE_NAME == OLD_CACHE_NAME
+
+
+# A keyword a Turner forward does not take flows on to the attention function (a serving engine's own, or generate()'s
+# extras, as in transformers' models), unless it holds a cache or names one, a mask or a position: nothing reads those.
+NEVER_PASSED_ON = re.compile(r"cache|mask|position|past")
+
+
+def named_cache(cache: Cache | PagedAttentionCache | None) -> dict:
+    """`cache` under this release's name, for transformers' outputs and mask builders."""
+    return {CACHE_NAME: cache}
+
+
+def output_cache(outputs: object) -> Cache | None:
+    """The cache a transformers output carries, under this release's name."""
+    return getattr(outputs, CACHE_NAME)
+
+
+def cached_length(cache: Cache | PagedAttentionCache | None) -> int | torch.Tensor:
+    """Tokens already in the cache: 0 without one, and for continuous batching's paged cache, whose requests carry
+    their own positions."""
+    if cache is None or isinstance(cache, PagedAttentionCache):
+        return 0
+    return cache.get_seq_length()
+
+
+def update_cache(
+    cache: Cache | PagedAttentionCache, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kwargs: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write this step's keys and values; returns every cached key and value of the layer (§4.1's incremental
+    property). A paged cache reads, and may rewrite, the attention keywords (`kwargs`, updated in place)."""
+    if ATTENTION_WRITES_PAGED_CACHE and isinstance(cache, PagedAttentionCache):
+        kwargs["cache"] = cache  # transformers before 5.24: the paged attention function writes it
+        return key, value
+    return cache.update(key, value, layer_idx, kwargs=kwargs)
+
+
+def takes_cache(forward: Callable) -> Callable:
+    """Decorate a Turner forward that takes `cache`: `past_key_values=` is read as `cache` (a FutureWarning where this
+    release already says `cache`, as transformers' own models warn), and a cache, mask or position passed under a name
+    that the forward does not take raises a `ValueError` naming it: nothing would
+    read it, and decoding without a cache (or attending without a mask) is silently wrong."""
+    reads = frozenset(inspect.signature(forward).parameters)
+
+    @functools.wraps(forward)
+    def forward_taking_cache(self, *args, **kwargs):
+        if OLD_CACHE_NAME in kwargs:
+            _rename_old_cache(type(self).__name__, kwargs)
+        for name in kwargs.keys() - reads:
+            _refuse_if_unread(type(self).__name__, name, kwargs[name])
+        return forward(self, *args, **kwargs)
+
+    return forward_taking_cache
+
+
+def _rename_old_cache(model_name: str, kwargs: dict) -> None:
+    if kwargs.get("cache") is not None:
+        raise ValueError(
+            f"{model_name}.forward got both `cache` and `past_key_values`: they name the same argument; pass `cache`."
+        )
+    kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
+    if CACHE_NAME != OLD_CACHE_NAME:
+        warnings.warn(
+            f"`past_key_values` is deprecated for {model_name}.forward, as in transformers' own models: pass `cache`.",
+            FutureWarning,
+            stacklevel=3,
+        )
+
+
+def _refuse_if_unread(model_name: str, name: str, value: object) -> None:
+    if isinstance(value, (Cache, PagedAttentionCache)):
+        raise ValueError(
+            f"{model_name}.forward got a cache as `{name}`, a name it does not read: pass it as `cache`. Decoding "
+            "without its cache, each new token would be read without its context."
+        )
+    if NEVER_PASSED_ON.search(name):
+        raise ValueError(
+            f"{model_name}.forward does not take `{name}`: a cache, mask or position under a name the model does not "
+            "read would be ignored. If a newer transformers renamed an argument, this turner_tfm does not support "
+            "that release yet (see the transformers range in its requirements)."
+        )
