@@ -1,0 +1,230 @@
+"""Right on every transformers release the requirements allow, and loud on the next rename.
+
+transformers 5.24 renamed the cache a model takes and returns (`past_key_values` became `cache`). These tests hold on
+both sides of the rename: a cache under a name the model does not read is refused, the old name is still read, outputs
+carry the cache under the running release's name, and the tools around the model (gradient checkpointing, the
+Trainer's evaluation, device placement, assisted decoding) find it. The last ones check that pyproject's ranges are
+the ones CI runs, and that a deprecation reported about our calls fails the tests.
+"""
+
+import logging
+import re
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from packaging.requirements import Requirement
+from packaging.version import Version
+from transformers import DynamicCache, StaticCache, Trainer, TrainingArguments
+
+from turner_tfm import TurnerForCausalLM, TurnerModel, TurnerPreTrainedModel
+from turner_tfm.compat_turner import CACHE_NAME, OLD_CACHE_NAME, named_cache, output_cache
+
+from .conftest import _DeprecatedCallRecorder
+from .tiny import random_ids, text_config
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def causal_lm() -> TurnerForCausalLM:
+    torch.manual_seed(0)
+    return TurnerForCausalLM(text_config()).eval()
+
+
+@pytest.mark.parametrize("model_class", [TurnerForCausalLM, TurnerModel])
+@pytest.mark.parametrize("name", ["kv_cache", "past_key_value", "cache_params", "layer_past"])
+def test_a_forward_given_a_cache_under_a_name_it_does_not_read_raises(causal_lm, model_class, name):
+    model = causal_lm if model_class is TurnerForCausalLM else causal_lm.model
+    ids = random_ids(1, 6)
+    with torch.no_grad():
+        cache = output_cache(model(ids[:, :5], use_cache=True))
+        with pytest.raises(ValueError, match=rf"got a cache as `{name}`.*pass it as `cache`"):
+            model(ids[:, 5:], **{name: cache})
+
+
+@pytest.mark.parametrize("name", ["mask", "padding_mask", "positions", "cache_position", "past_length"])
+def test_a_mask_or_position_under_a_name_the_model_does_not_take_raises(causal_lm, name):
+    with torch.no_grad(), pytest.raises(ValueError, match=rf"does not take `{name}`"):
+        causal_lm(random_ids(1, 4), **{name: torch.ones(1, 4, dtype=torch.long)})
+
+
+def test_a_cache_passed_under_either_name_gives_the_same_next_token_logits(causal_lm):
+    ids = random_ids(2, 9)
+    with torch.no_grad():
+        whole = causal_lm(ids).logits[:, -1]
+        for name in ("cache", OLD_CACHE_NAME):
+            cache = output_cache(causal_lm(ids[:, :8], use_cache=True))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                step = causal_lm(ids[:, 8:], **{name: cache}).logits[:, -1]
+            torch.testing.assert_close(step, whole, atol=1e-5, rtol=1e-5)
+            assert cache.get_seq_length() == 9
+            deprecations = [w for w in caught if issubclass(w.category, FutureWarning)]
+            # the old name is the current one before 5.24 (generate() passes it): a warning only where it is old
+            assert len(deprecations) == (name == OLD_CACHE_NAME and CACHE_NAME != OLD_CACHE_NAME)
+
+
+def test_a_cache_under_both_names_is_refused(causal_lm):
+    cache = DynamicCache(config=causal_lm.config)
+    with pytest.raises(ValueError, match="both `cache` and `past_key_values`"):
+        causal_lm(random_ids(1, 3), cache=cache, past_key_values=DynamicCache(config=causal_lm.config))
+
+
+def test_outputs_carry_the_cache_under_this_releases_name_only(causal_lm):
+    with torch.no_grad():
+        outputs = causal_lm(random_ids(1, 4), use_cache=True)
+    assert list(outputs.keys()) == ["logits", CACHE_NAME]
+    assert isinstance(outputs[CACHE_NAME], DynamicCache) and outputs[CACHE_NAME].get_seq_length() == 4
+
+
+def test_a_static_cache_passed_by_name_decodes_as_generate_does(causal_lm):
+    """generate() hands the cache over under the release's name: the same greedy tokens as stepping by hand."""
+    prompt = random_ids(1, 5)
+    generated = causal_lm.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation="static")
+    cache, tokens = StaticCache(config=causal_lm.config, max_cache_len=16), prompt
+    with torch.no_grad():
+        step_input = prompt
+        for _ in range(6):
+            logits = causal_lm(step_input, use_cache=True, **named_cache(cache)).logits
+            step_input = logits[:, -1:].argmax(-1)
+            tokens = torch.cat([tokens, step_input], dim=1)
+    assert tokens.tolist() == generated.tolist()
+
+
+def test_gradient_checkpointing_never_writes_a_callers_cache_twice():
+    """The backward pass replays each checkpointed block: a cache it wrote would get every key twice, and the replay
+    would attend to them. transformers clears the cache under the name its release uses; the blocks get that name."""
+    torch.manual_seed(0)
+    model = TurnerForCausalLM(text_config()).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    cache = DynamicCache(config=model.config)
+    ids = random_ids(2, 6)
+    model(ids, labels=ids, use_cache=True, cache=cache).loss.backward()
+    assert cache.get_seq_length() in (0, 6)
+    assert all(parameter.grad is not None for parameter in model.model.layers.parameters())
+
+
+def test_device_placement_skips_the_cache_under_either_name():
+    assert {"cache", "past_key_values"} <= set(TurnerPreTrainedModel._skip_keys_device_placement)
+
+
+def test_the_trainers_predictions_are_logits_without_the_cache(tmp_path):
+    torch.manual_seed(0)
+    model = TurnerForCausalLM(text_config())
+    data = Dataset.from_dict({"input_ids": random_ids(4, 6).tolist(), "labels": random_ids(4, 6).tolist()})
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to="none", use_cpu=True)
+    predictions = Trainer(model=model, args=args).predict(data).predictions
+    assert predictions.shape == (4, 6, model.config.vocab_size)
+
+
+def test_assisted_decoding_checks_the_ids_the_assistant_proposes():
+    """The decoding loop skips the value checks of ids the model drew itself; an assistant's ids are another model's,
+    so they are checked (from 5.24 assisted decoding runs inside the loop that skips them)."""
+    torch.manual_seed(0)
+    model, assistant = TurnerForCausalLM(text_config()).eval(), TurnerForCausalLM(text_config()).eval()
+    checked, handle = [], model.model.register_forward_pre_hook(lambda *_: checked.append(not model.model.decoding))
+    try:
+        greedy = model.generate(random_ids(1, 5), max_new_tokens=6, do_sample=False)
+        plain_checks = list(checked)
+        checked.clear()
+        assisted = model.generate(random_ids(1, 5), max_new_tokens=6, do_sample=False, assistant_model=assistant)
+    finally:
+        handle.remove()
+    assert plain_checks[0] and not any(plain_checks[1:]), "plain decoding checks the prompt only"
+    assert len(checked) > 1 and all(checked), "every assisted step is checked"
+    assert assisted.tolist() == greedy.tolist()
+
+
+# ---- the ranges CI proves --------------------------------------------------------------------------------------------
+
+
+def _pins(path: Path) -> dict[str, Version]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[_canonical(name)] = Version(version.split("+")[0])
+    return pins
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements() -> list[Requirement]:
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    extras = [text for group in project["optional-dependencies"].values() for text in group]
+    return [Requirement(text) for text in [*project["dependencies"], *extras] if not text.startswith("turner-tfm")]
+
+
+def test_every_lower_bound_is_the_version_the_floors_lane_installs():
+    floors = _pins(REPOSITORY / ".ci" / "floors.txt")
+    for requirement in _requirements():
+        lower = [Version(spec.version) for spec in requirement.specifier if spec.operator == ">="]
+        assert lower, f"{requirement} has no lower bound: the floors lane cannot test one"
+        assert floors.get(_canonical(requirement.name)) == lower[0], (
+            f"pyproject says {requirement}, .ci/floors.txt pins {floors.get(_canonical(requirement.name))}"
+        )
+
+
+def test_the_newest_lane_pins_releases_the_ranges_allow_and_transformers_cap_is_the_next_minor():
+    newest = _pins(REPOSITORY / ".ci" / "constraints.txt")
+    for requirement in _requirements():
+        version = newest.get(_canonical(requirement.name))
+        assert version is not None and requirement.specifier.contains(version, prereleases=True), (
+            f".ci/constraints.txt pins {requirement.name}=={version}, outside {requirement}"
+        )
+    transformers = next(r for r in _requirements() if r.name == "transformers" and "<" in str(r.specifier))
+    cap = next(Version(spec.version) for spec in transformers.specifier if spec.operator == "<")
+    tested = newest["transformers"]
+    assert cap == Version(f"{tested.major}.{tested.minor + 1}"), f"cap {cap}: the newest tested is {tested}"
+
+
+# ---- deprecations of our calls fail the tests ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("category", [FutureWarning, DeprecationWarning])
+def test_a_deprecation_warning_about_our_call_is_an_error(category):
+    for module in ("turner_tfm.modeling_turner", "transformers_modules.folder.modeling_turner", "convert.gpt2"):
+        with pytest.raises(category, match="renamed"):
+            warnings.warn_explicit("`x` is renamed", category, "caller.py", 1, module=module)
+
+
+def test_a_deprecation_warning_about_someone_elses_call_is_not_an_error():
+    with pytest.warns(FutureWarning, match="renamed"):
+        warnings.warn_explicit("`x` is renamed", FutureWarning, "caller.py", 1, module="transformers.trainer")
+
+
+def _log_through(modules: list[str], recorder: _DeprecatedCallRecorder, record: logging.LogRecord) -> None:
+    """`recorder.emit(record)`, called through one frame per module, outermost first."""
+    source, call = "def call():\n    emit(record)", None
+    for module in reversed(modules):
+        namespace = {"__name__": module, "emit": recorder.emit, "record": record, "inner": call}
+        exec(source, namespace)
+        source, call = "def call():\n    inner()", namespace["call"]
+    call()
+
+
+def test_a_deprecation_that_transformers_logs_about_our_call_is_caught():
+    """The recorder keeps a deprecation transformers logs a few frames below a call from our modules; not one from
+    anyone else's call, nor one deep inside a call transformers makes itself."""
+    recorder = _DeprecatedCallRecorder()
+    record = logging.makeLogRecord({"levelno": logging.WARNING, "msg": "`past_key_values` is deprecated."})
+    modeling_output = ["transformers.utils.generic", "transformers.utils.generic"]  # __getitem__, then the rename
+    calls = {
+        "ours": ["turner_tfm.modeling_turner", *modeling_output],
+        "remote code": ["transformers_modules.folder.modeling_turner", *modeling_output],
+        "a test's": ["tests.test_releases", *modeling_output],
+        "transformers' own": ["turner_tfm.generation_turner", *["transformers.generation.utils"] * 5],
+    }
+    caught = {}
+    for caller, modules in calls.items():
+        recorder.calls.clear()
+        _log_through(modules, recorder, record)
+        caught[caller] = bool(recorder.calls)
+    assert caught == {"ours": True, "remote code": True, "a test's": False, "transformers' own": False}
