@@ -32,7 +32,7 @@ def lora_gradients(checkpointing: dict | None) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = TurnerForImageClassification(image_config())
     if checkpointing is not None:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj"], modules_to_save=["classifier"])
     model = get_peft_model(model, lora).train()
     pixels = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))

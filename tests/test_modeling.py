@@ -224,7 +224,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(case):
         model, inputs = build(case)
         model.train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()
             assert all(block.gradient_checkpointing for block in model.model.layers)
         labels = (
             inputs["input_ids"] if case == "causal_lm" else torch.tensor([0, 2, 1][: len(next(iter(inputs.values())))])
