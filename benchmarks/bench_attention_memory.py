@@ -20,16 +20,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -39,6 +33,8 @@ from benchutils import (
     start_run,
     write_json,
 )
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
 
 from turner_tfm import TurnerConfig, TurnerModel
 

@@ -22,16 +22,11 @@ time).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import CompileConfig, DynamicCache
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -48,6 +43,7 @@ from benchutils import (
     write_json,
 )
 from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
+from transformers import CompileConfig, DynamicCache
 
 MODES = ["dynamic", "static", "static-compile"]
 

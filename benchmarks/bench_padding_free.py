@@ -9,8 +9,8 @@ sequence for the classifier) and padded to the longest sequence (attention mask,
 training step (forward, backward, AdamW) per timed call, the two in rotation; tokens/s counts real tokens only, the
 same for both.
 
-    python benchmarks/bench_padding_free.py --threads 1 --json results/padding_free.json
-    python benchmarks/bench_padding_free.py --task text-classification --threads 1 \
+    python benchmarks/benchpadding_free.py --threads 1 --json results/padding_free.json
+    python benchmarks/benchpadding_free.py --task text-classification --threads 1 \
         --json results/2026-11-22/padding_free_text_classification.json
 """
 
@@ -18,18 +18,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
-from datasets import Dataset
-from transformers import PreTrainedTokenizerFast
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import _common
-import _padding_free
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -42,7 +33,10 @@ from benchutils import (
     summarize,
     write_json,
 )
+from datasets import Dataset
+from transformers import PreTrainedTokenizerFast
 
+from examples.helpers import data, padding_free
 from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification
 
 # each task's script defaults: model shape and --per-device-train-batch-size
@@ -72,15 +66,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def causal_lm_data(args: argparse.Namespace) -> tuple[PreTrainedTokenizerFast, Dataset]:
     """The paragraphs `train_causal_lm.py --padding-free` trains on."""
-    text = _common.stdlib_docstrings()
-    tokenizer = _common.char_tokenizer([text], model_max_length=args.block_size)
-    return tokenizer, _padding_free.paragraph_sequences(tokenizer, text, args.block_size, "training")
+    text = data.stdlib_docstrings()
+    tokenizer = data.char_tokenizer([text], model_max_length=args.block_size)
+    return tokenizer, padding_free.paragraph_sequences(tokenizer, text, args.block_size, "training")
 
 
 def text_classification_data(args: argparse.Namespace) -> tuple[PreTrainedTokenizerFast, Dataset]:
     """The lines and labels `train_text_classifier.py` trains on by default (1000 per class), cut like its texts."""
-    texts, labels = _common.code_or_prose(1000, args.seed)
-    tokenizer = _common.char_tokenizer(texts, model_max_length=args.block_size)
+    texts, labels = data.code_or_prose(1000, args.seed)
+    tokenizer = data.char_tokenizer(texts, model_max_length=args.block_size)
     ids = tokenizer(texts, truncation=True, max_length=args.block_size)["input_ids"]
     names = sorted(set(labels))
     return tokenizer, Dataset.from_dict({"input_ids": ids, "label": [names.index(label) for label in labels]})
@@ -88,10 +82,10 @@ def text_classification_data(args: argparse.Namespace) -> tuple[PreTrainedTokeni
 
 # task -> (its data, its collator for packed or padded batches, its model, what its config adds)
 TASKS = {
-    "causal-lm": (causal_lm_data, _padding_free.collator, TurnerForCausalLM, {}),
+    "causal-lm": (causal_lm_data, padding_free.collator, TurnerForCausalLM, {}),
     "text-classification": (
         text_classification_data,
-        _padding_free.classification_collator,
+        padding_free.classification_collator,
         TurnerForSequenceClassification,
         {"is_causal": False, "num_labels": 2},
     ),

@@ -23,17 +23,12 @@ import argparse
 import atexit
 import datetime
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
-from transformers import AutoModelForCausalLM, DistributedConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -47,6 +42,8 @@ from benchutils import (
     summarize,
     write_json,
 )
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, DistributedConfig
 
 import turner_tfm
 

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -93,11 +89,11 @@ def held_out_loss(model: torch.nn.Module, blocks: torch.Tensor, batch: int) -> f
 
 
 def held_out_blocks(folder: Path, block_size: int) -> torch.Tensor:
-    import _common
+    from examples.helpers import data
 
-    _, eval_text = _common.split_text(_common.stdlib_docstrings(), validation_percentage=5)
+    _, eval_text = data.split_text(data.stdlib_docstrings(), validation_percentage=5)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    return torch.tensor(_common.token_blocks(tokenizer, eval_text, block_size, "held-out")["input_ids"])
+    return torch.tensor(data.token_blocks(tokenizer, eval_text, block_size, "held-out")["input_ids"])
 
 
 def layers_replaced(model: torch.nn.Module) -> dict[str, list[int]]:

@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,

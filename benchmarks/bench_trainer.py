@@ -18,24 +18,12 @@ Trainer gets `torch_compile=True`; compilation happens in the warm-up. Each figu
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-from datasets import Dataset
-from transformers import (
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-    default_data_collator,
-    get_linear_schedule_with_warmup,
-)
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train import SHAPES
 from benchutils import (
     add_run_arguments,
@@ -53,7 +41,15 @@ from benchutils import (
     under_load,
     write_json,
 )
+from datasets import Dataset
 from peers import turner_lm
+from transformers import (
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+    get_linear_schedule_with_warmup,
+)
 
 LEARNING_RATE = 1e-4
 

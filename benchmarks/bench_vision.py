@@ -10,13 +10,9 @@ Reported: images/s of each, and Turner's speed-up (median of per-repetition rati
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutils import (
     add_run_arguments,
     environment_markdown,

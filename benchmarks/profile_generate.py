@@ -9,16 +9,12 @@ most time (self time, torch.profiler on the CPU), and each model's total. Exampl
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_generate import MODES, generate_fn
 from benchutils import add_run_arguments, environment_markdown, finish_run, start_run
 from peers import LMShape, gpt2_lm, turner_lm
+from torch.profiler import ProfilerActivity, profile
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
 
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 

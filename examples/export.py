@@ -17,8 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from _cli import check_model_path, new_parser, positive_int
-
 # --format: (exporter, its config) in transformers.exporters; "torch" is torch.export (transformers calls it dynamo)
 FORMATS = {
     "onnx": ("OnnxExporter", "OnnxConfig"),
@@ -29,7 +27,9 @@ TOLERANCE = 1e-4
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
+    from helpers.flags import new_parser, positive_int  # here, not above: tests import the functions below alone
+
+    parser = new_parser(__doc__)
     parser.add_argument("--model-name-or-path", required=True, help="a saved Turner model folder")
     parser.add_argument("--format", choices=list(FORMATS), default="onnx", help="what to export to")
     parser.add_argument("--output-dir", default=None, help="where to write the export (default: <model>-<format>)")
@@ -45,9 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from helpers.flags import check_model_path
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_model_path(parser, "--model-name-or-path", args.model_name_or_path)
+    check_model_path(parser, "model_name_or_path", args.model_name_or_path)
     output_dir = Path(args.output_dir or f"{Path(args.model_name_or_path).resolve().name}-{args.format}")
     try:
         return run(args, output_dir)

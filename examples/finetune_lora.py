@@ -8,53 +8,54 @@ tokenizer, card) to --output-dir.
 
     python examples/quickstart.py && python examples/finetune_lora.py
     python examples/finetune_lora.py --model-name-or-path ./my-lm --train-file notes.txt --lora-r 16
+
+Every `TrainingArguments` field is a flag (`--help` lists them all); a JSON or YAML file of them works too.
 """
 
 import argparse
+import math
 import sys
 
-from _cli import (
-    UsageError,
-    add_sample_arguments,
-    add_text_data_arguments,
-    add_training_arguments,
-    new_parser,
-    positive_int,
-    probability,
-    run_script,
-)
+from helpers import flags
 
 MERGE_TOLERANCE = 1e-4  # largest |logit difference| accepted between the adapter model and the merged one (fp32)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
+    parser = flags.training_parser(
+        __doc__, output_dir="./turner-lora", max_steps=150, learning_rate=3e-3, per_device_train_batch_size=16
+    )
     parser.add_argument(
-        "--model-name-or-path", default="./turner-quickstart", help="the saved Turner causal LM to adapt"
+        *flags.options("model_name_or_path"), default="./turner-quickstart", help="the saved Turner causal LM to adapt"
     )
-    add_training_arguments(
-        parser, output_dir="./turner-lora", max_steps=150, learning_rate=3e-3, per_device_train_batch_size=16
-    )
-    add_text_data_arguments(parser, default="source code of Python's standard library")
+    flags.add_text_data_arguments(parser, default="source code of Python's standard library")
     group = parser.add_argument_group("LoRA (as in peft.LoraConfig)")
-    group.add_argument("--lora-r", type=positive_int, default=8, help="rank of each adapter")
-    group.add_argument("--lora-alpha", type=positive_int, default=16, help="scale: alpha / r")
-    group.add_argument("--lora-dropout", type=probability, default=0.0)
-    group.add_argument("--target-modules", nargs="+", default=["qkv_proj"], help="module names to adapt")
-    add_sample_arguments(parser, prompt="def ")
+    group.add_argument(*flags.options("lora_r"), type=flags.positive_int, default=8, help="rank of each adapter")
+    group.add_argument(*flags.options("lora_alpha"), type=flags.positive_int, default=16, help="scale: alpha / r")
+    group.add_argument(*flags.options("lora_dropout"), type=flags.probability, default=0.0)
+    group.add_argument(*flags.options("target_modules"), nargs="+", default=["qkv_proj"], help="module names to adapt")
+    flags.add_sample_arguments(parser, prompt="def ")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_script(build_parser(), run, argv, model_hint="Run examples/quickstart.py first, or pass one.")
+    flags.run_script(build_parser(), train, argv, model_hint="Run examples/quickstart.py first, or pass one.")
 
 
-def run(args: argparse.Namespace) -> None:
+def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    import _common
     import torch
+    from helpers import callbacks, data, distributed, model_card
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        Trainer,
+        TrainingArguments,
+        default_data_collator,
+        pipeline,
+        set_seed,
+    )
 
     set_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
@@ -62,18 +63,18 @@ def run(args: argparse.Namespace) -> None:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = sorted(set(args.target_modules) - names)
     if missing:
-        raise UsageError(
+        raise flags.UsageError(
             f"argument --target-modules: {missing} is not valid: the model's linear layers are "
             "qkv_proj (the stacked query, key and value projections), o_proj, up_proj, down_proj"
         )
     if args.block_size > model.config.max_position_embeddings:
-        raise UsageError(
+        raise flags.UsageError(
             f"argument --block-size: {args.block_size} is not valid: {args.model_name_or_path} has "
             f"{model.config.max_position_embeddings} positions"
         )
-    _common.check_sample_length(args, tokenizer, model.config)
-    text, dataset_name, dataset_id = _common.load_text_corpus(args, default="code")
-    train_text, eval_text = _common.split_text(text, args.validation_split_percentage)
+    flags.check_sample_length(args, tokenizer, model.config)
+    text, dataset_name, dataset_id = data.load_text_corpus(args, default="code")
+    train_text, eval_text = data.split_text(text, args.validation_split_percentage)
 
     lora = LoraConfig(
         r=args.lora_r,
@@ -84,12 +85,26 @@ def run(args: argparse.Namespace) -> None:
     )
     peft_model = get_peft_model(model, lora)
     peft_model.print_trainable_parameters()
-    trainer = _common.causal_lm_trainer(args, peft_model, tokenizer, train_text, eval_text)
+    distributed.start_process_group(args.ddp_timeout)  # before TrainingArguments: gloo with --ddp-timeout
+    with flags.usage_error("the training flags do not go together"):
+        training_args = TrainingArguments(**flags.training_arguments(args))
+    trainer = Trainer(
+        model=peft_model,
+        args=training_args,
+        train_dataset=data.token_blocks(tokenizer, train_text, args.block_size, "training"),
+        eval_dataset=data.token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+        callbacks=callbacks.checkpoint_callbacks(),
+    )
     before = trainer.evaluate()["eval_loss"]
-    _common.announce(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
-    train_runtime = _common.train(trainer)
+    distributed.announce(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
+    if training_args.resume_from_checkpoint is not None:
+        distributed.announce(f"resuming from {training_args.resume_from_checkpoint}")
+    with distributed.ProcessWatch.start():  # a failed collective names the processes that are gone
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     peft_model.save_pretrained(f"{args.output_dir}/adapter")
-    _common.announce(f"adapter saved to {args.output_dir}/adapter")
+    distributed.announce(f"adapter saved to {args.output_dir}/adapter")
 
     peft_model.eval()
     probe = torch.tensor([trainer.eval_dataset[i]["input_ids"] for i in range(min(4, len(trainer.eval_dataset)))])
@@ -100,13 +115,25 @@ def run(args: argparse.Namespace) -> None:
     difference = (adapter_logits - merged_logits).abs().max().item()
     if difference > MERGE_TOLERANCE:
         raise RuntimeError(f"merge_and_unload changed the logits by up to {difference:.2e} (> {MERGE_TOLERANCE})")
-    _common.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
+    distributed.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
 
     trainer.model = trainer.model_wrapped = merged
-    _common.finish_causal_lm(
+    model_card.print_loss_curve(trainer)
+    eval_loss = trainer.evaluate()["eval_loss"]
+    results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
+    set_seed(args.seed)
+    generator = pipeline("text-generation", model=merged, tokenizer=tokenizer)
+    sample = generator(args.prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
+    if trainer.is_world_process_zero():
+        print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
+        print(f"\nsample from pipeline('text-generation'):\n{sample}\n")
+
+    model_card.save_with_card(
         trainer,
-        args,
-        train_runtime,
+        task="text-generation",
+        results=results,
+        train_runtime=train_result.metrics["train_runtime"],
+        example_input=args.prompt,
         dataset_name=dataset_name,
         dataset_id=dataset_id,
         base_model=args.model_name_or_path,

@@ -12,11 +12,11 @@ import argparse
 import os
 import sys
 
-from _cli import UsageError, new_parser, positive_int, run_script
+from helpers.flags import UsageError, new_parser, positive_int, run_script
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
+    parser = new_parser(__doc__)
     parser.add_argument("model_name_or_path", help="a saved Turner causal LM folder (with its tokenizer)")
     parser.add_argument("--prompt", default="Return the", help="the text to continue")
     parser.add_argument("--max-new-tokens", type=positive_int, default=50, help="tokens to generate (greedy)")
@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> None:
             f"argument --tp-size: {args.tp_size} is not valid: it must equal the number of processes, {world_size} "
             f"(start {args.tp_size} with: torchrun --nproc_per_node {args.tp_size} examples/generate.py ...)"
         )
-    import _common
+    from helpers import distributed
+    from helpers.flags import check_sample_length
     from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
 
     import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
@@ -51,10 +52,10 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as error:  # a config the plan cannot shard is refused by name
         raise UsageError(f"argument --tp-size: {args.tp_size} is not valid for this model: {error}") from None
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-    _common.check_sample_length(args, tokenizer, model.config)
+    check_sample_length(args, tokenizer, model.config)
     inputs = tokenizer(args.prompt, return_tensors="pt")
     output = model.eval().generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
-    _common.announce(f"{held_parameters(model)}\n{tokenizer.decode(output[0], skip_special_tokens=True)}")
+    distributed.announce(f"{held_parameters(model)}\n{tokenizer.decode(output[0], skip_special_tokens=True)}")
 
 
 def held_parameters(model: object) -> str:

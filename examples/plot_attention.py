@@ -19,14 +19,14 @@ The model is loaded with attn_implementation="eager", the attention implementati
 import argparse
 import sys
 
-from _cli import check_model_path, existing_file, new_parser, non_negative_int, probability
+from helpers.flags import check_model_path, existing_file, new_parser, non_negative_int, probability
 
 # without --model: a tiny untrained network, with the attention that returns its weights
 FRESH_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "attn_implementation": "eager"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
+    parser = new_parser(__doc__)
     modes = parser.add_subparsers(dest="mode", required=True, metavar="{text,image}")
     text = modes.add_parser("text", help="attention maps of a causal language model over a text")
     text.add_argument("--model", default=None, help="saved causal LM + tokenizer folder (default: fresh tiny model)")
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_model_path(parser, "--model", args.model)
+    check_model_path(parser, "model", args.model)
     try:
         figure = plot_text(args) if args.mode == "text" else plot_image(args)
     except ValueError as error:  # a layer or head out of range, a text longer than the model's positions, ...
@@ -59,14 +59,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def plot_text(args: argparse.Namespace) -> object:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    import _common
+    from helpers import data
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from turner_tfm import TurnerConfig, TurnerForCausalLM
     from turner_tfm.plotting import plot_text_attention
 
     if args.model is None:
-        tokenizer = _common.char_tokenizer([args.text], model_max_length=128)
+        tokenizer = data.char_tokenizer([args.text], model_max_length=128)
         config = TurnerConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **FRESH_MODEL)
         model, name = TurnerForCausalLM(config), "fresh untrained model"
     else:
@@ -83,8 +83,8 @@ def plot_text(args: argparse.Namespace) -> object:
 
 def plot_image(args: argparse.Namespace) -> object:
     import torch
+    from helpers import data
     from PIL import Image
-    from train_image_classifier import digits
     from transformers import AutoImageProcessor, AutoModelForImageClassification, ViTImageProcessorPil
 
     from turner_tfm import TurnerConfig, TurnerForImageClassification
@@ -103,7 +103,7 @@ def plot_image(args: argparse.Namespace) -> object:
     if args.image is not None:
         picture = Image.open(args.image)
     else:
-        images, _ = digits()
+        images, _ = data.digits()
         if args.digit >= len(images):
             raise ValueError(f"--digit {args.digit} is out of range: there are {len(images)} digits")
         picture = images[args.digit]

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from _cli import existing_dir, new_parser
+from helpers.flags import existing_dir, new_parser
 
 REQUIRED = {
     "config.json": "the model's config",
@@ -29,7 +29,7 @@ SKIPPED = ("checkpoint-", "runs", ".git")  # Trainer checkpoints and logs stay l
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
+    parser = new_parser(__doc__)
     parser.add_argument("--model-dir", type=existing_dir, default="./turner-quickstart", help="the saved model folder")
     parser.add_argument("--repo-id", required=True, help="namespace/name of the model repo; created if missing")
     parser.add_argument("--private", action="store_true", help="create the repo as private")

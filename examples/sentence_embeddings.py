@@ -8,40 +8,52 @@ training, saves a folder that `SentenceTransformer(folder, trust_remote_code=Tru
 
     python examples/sentence_embeddings.py --train-file my_notes.txt --max-steps 300
     python examples/sentence_embeddings.py --dataset-name ./my_data_folder --text-column body
+
+Every `TrainingArguments` field is a flag (`--help` lists them all), but those of the Trainer's own evaluation and Hub
+upload: this script measures retrieval itself and saves a sentence-transformers folder, which the Trainer does not.
 """
 
 import argparse
 import sys
 import tempfile
 
-from _cli import (
-    UsageError,
-    add_model_arguments,
-    add_text_data_arguments,
-    add_training_arguments,
-    new_parser,
-    positive_int,
-    run_script,
-)
+from helpers import flags
+
+NO_EVALUATION = "this script measures retrieval itself, before and after training: its Trainer evaluates nothing"
+NO_UPLOAD = "the Trainer would upload its own folder, not the sentence-transformers one this script saves"
+REFUSED = {
+    **dict.fromkeys(("eval_*", "*_eval", "*_eval_batch_size", "load_best_model_at_end"), NO_EVALUATION),
+    **dict.fromkeys(("metric_for_best_model", "greater_is_better", "prediction_loss_only"), NO_EVALUATION),
+    **dict.fromkeys(("batch_eval_metrics", "include_for_metrics"), NO_EVALUATION),
+    **dict.fromkeys(("push_to_hub", "hub_*"), NO_UPLOAD),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
-    add_training_arguments(
-        parser, output_dir="./turner-sentence-embeddings", max_steps=200, learning_rate=1e-3, warmup_steps=0.1
+    parser = flags.training_parser(
+        __doc__,
+        output_dir="./turner-sentence-embeddings",
+        max_steps=200,
+        learning_rate=1e-3,
+        warmup_steps=0.1,
+        refuse=REFUSED,
     )
-    add_text_data_arguments(parser, default="docstrings of Python's standard library")
+    flags.add_text_data_arguments(parser, default="docstrings of Python's standard library")
     group = parser.add_argument_group("tokenizer and pairs")
-    group.add_argument("--vocab-size", type=positive_int, default=2000, help="tokens of the BPE tokenizer")
-    group.add_argument("--min-words", type=positive_int, default=8, help="shortest paragraph that makes a pair")
+    group.add_argument(
+        *flags.options("vocab_size"), type=flags.positive_int, default=2000, help="tokens of the BPE tokenizer"
+    )
+    group.add_argument(
+        *flags.options("min_words"), type=flags.positive_int, default=8, help="shortest paragraph that makes a pair"
+    )
     sizes = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "hidden_dropout": 0.1}
-    add_model_arguments(parser, task="sentence-embedding", **sizes)
+    flags.add_model_arguments(parser, task="sentence-embedding", **sizes)
     parser.add_argument("--query", default="Return the absolute value", help="searched among held-out paragraphs")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_script(build_parser(), run, argv)
+    flags.run_script(build_parser(), train, argv)
 
 
 def halves(text: str, min_words: int) -> tuple[list[str], list[str]]:
@@ -63,10 +75,10 @@ def retrieval_accuracy(model, anchors: list[str], positives: list[str]) -> float
     return (scores.argmax(dim=1) == torch.arange(len(anchors))).float().mean().item()
 
 
-def run(args: argparse.Namespace) -> None:
+def train(args: argparse.Namespace) -> None:
     # torch, transformers and sentence-transformers load once the flags are checked
-    import _common
     from datasets import Dataset
+    from helpers import data, distributed, model_card
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
@@ -76,47 +88,54 @@ def run(args: argparse.Namespace) -> None:
     from sentence_transformers.sentence_transformer import losses, modules
     from transformers import set_seed
 
-    from turner_tfm import TurnerModel
+    from turner_tfm import TurnerConfig, TurnerModel
 
     set_seed(args.seed)
-    text, dataset_name, _ = _common.load_text_corpus(args)
+    text, dataset_name, _ = data.load_text_corpus(args)
     firsts, seconds = halves(text, args.min_words)
     held_out = max(2, int(len(firsts) * args.validation_split_percentage / 100))
     if len(firsts) - held_out < 2:
-        raise UsageError(
+        raise flags.UsageError(
             f"the text has {len(firsts)} paragraphs of at least --min-words={args.min_words} words (separated by "
             "blank lines); it needs a few more than the held-out share to train"
         )
     train = Dataset.from_dict({"anchor": firsts[:-held_out], "positive": seconds[:-held_out]})
-    tokenizer = _common.bpe_tokenizer(firsts + seconds, args.vocab_size, model_max_length=args.block_size)
-    config = _common.turner_config(
-        args,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=args.block_size,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        is_causal=False,  # every token sees the whole sentence before pooling
-    )
+    tokenizer = data.bpe_tokenizer(firsts + seconds, args.vocab_size, model_max_length=args.block_size)
+    with flags.usage_error("the model flags make no valid model"):
+        config = TurnerConfig(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=args.block_size,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            is_causal=False,  # every token sees the whole sentence before pooling
+            **flags.model_arguments(args),
+        )
     with tempfile.TemporaryDirectory() as backbone:  # sentence-transformers' Transformer module loads a folder
         TurnerModel(config).save_pretrained(backbone)
         tokenizer.save_pretrained(backbone)
         transformer = modules.Transformer(backbone, max_seq_length=args.block_size)
     pooling = modules.Pooling(transformer.get_embedding_dimension(), "mean")
     model = SentenceTransformer(modules=[transformer, pooling, modules.Normalize()])
-    _common.announce(
+    distributed.announce(
         f"text: {dataset_name}, {len(firsts):,} paragraph pairs ({held_out} held out); tokenizer: {len(tokenizer)} "
-        f"tokens; model: {_common.count_parameters(model):,} parameters"
+        f"tokens; model: {model_card.count_parameters(model):,} parameters"
     )
 
     anchors, positives = firsts[-held_out:], seconds[-held_out:]
     before = retrieval_accuracy(model, anchors, positives)
-    training_args = _common.training_arguments(
-        args, SentenceTransformerTrainingArguments, batch_sampler=BatchSamplers.NO_DUPLICATES
+    distributed.start_process_group(args.ddp_timeout)  # before TrainingArguments: gloo with --ddp-timeout
+    with flags.usage_error("the training flags do not go together"):
+        training_args = SentenceTransformerTrainingArguments(
+            **flags.training_arguments(args), batch_sampler=BatchSamplers.NO_DUPLICATES
+        )
+    trainer = SentenceTransformerTrainer(
+        model=model, args=training_args, train_dataset=train, loss=losses.MultipleNegativesRankingLoss(model)
     )
-    loss = losses.MultipleNegativesRankingLoss(model)
-    trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=train, loss=loss)
-    _common.train(trainer)
-    _common.print_loss_curve(trainer)
+    if training_args.resume_from_checkpoint is not None:
+        distributed.announce(f"resuming from {training_args.resume_from_checkpoint}")
+    with distributed.ProcessWatch.start():  # a failed collective names the processes that are gone
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    model_card.print_loss_curve(trainer)
     after = retrieval_accuracy(model, anchors, positives)
     print(f"held-out retrieval accuracy (top-1 of {held_out}): {before:.3f} before training -> {after:.3f} after")
 

@@ -8,66 +8,53 @@ configured here (resize to --image-size, normalise), which is saved with the mod
 
     python examples/train_image_classifier.py
     python examples/train_image_classifier.py --train-dir photos/ --image-size 32 --patch-size 4
+
+Every `TrainingArguments` field is a flag (`--help` lists them all); a JSON or YAML file of them works too.
 """
 
 import argparse
 import sys
 
-from _cli import (
-    UsageError,
-    add_classification_data_arguments,
-    add_model_arguments,
-    add_parallel_arguments,
-    add_training_arguments,
-    existing_dir,
-    new_parser,
-    positive_int,
-    run_script,
-)
+from helpers import flags
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__.split("\n\n")[0])
-    add_training_arguments(  # weight decay: the 40 epochs drive the training loss to 0.01 on 1437 images
-        parser,
+    parser = flags.training_parser(  # weight decay: the 40 epochs drive the training loss to 0.01 on 1437 images
+        __doc__,
         output_dir="./turner-image-classifier",
         num_train_epochs=40,
         learning_rate=2e-3,
         weight_decay=0.1,
         logging_steps=100,
+        refuse={"remove_unused_columns": "the images become pixels on the fly, from a column the model does not take"},
     )
-    add_parallel_arguments(parser)
-    group = add_classification_data_arguments(parser)
-    group.add_argument("--train-dir", type=existing_dir, default=None, help="folder of class sub-folders of images")
-    group.add_argument("--test-dir", type=existing_dir, default=None, help="held-out images, laid out the same")
-    group.add_argument("--image-size", type=positive_int, default=8, help="images are resized to this square")
-    group.add_argument("--patch-size", type=positive_int, default=2, help="side of each square patch (§4.2)")
-    add_model_arguments(
-        parser,
-        task="image-classification",
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        hidden_dropout=0.1,
+    flags.add_fsdp_size(parser)
+    group = parser.add_argument_group("data")
+    group.add_argument(
+        *flags.options("train_dir"), type=flags.existing_dir, help="folder of class sub-folders of images"
     )
+    group.add_argument(*flags.options("test_dir"), type=flags.existing_dir, help="held-out images, laid out the same")
+    group.add_argument(
+        *flags.options("test_split_percentage"),
+        type=flags.percentage,
+        default=20.0,
+        help="share of the data held out for the test accuracy, when no separate test data is given",
+    )
+    group.add_argument(
+        *flags.options("image_size"), type=flags.positive_int, default=8, help="images are resized to this square"
+    )
+    group.add_argument(
+        *flags.options("patch_size"), type=flags.positive_int, default=2, help="side of each square patch (§4.2)"
+    )
+    sizes = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "hidden_dropout": 0.1}
+    flags.add_model_arguments(parser, task="image-classification", **sizes)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_script(build_parser(), run, argv, requires={"test_dir": "train_dir"})
-
-
-def digits() -> tuple[list, list[str]]:
-    """scikit-learn's 8x8 digits as greyscale PIL images (0..16 scaled to 0..255) and their labels "0".."9"."""
-    import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    images = [Image.fromarray((pixels * 255 / 16).astype(np.uint8), mode="L") for pixels in data.images]
-    return images, [str(label) for label in data.target]
+    flags.run_script(build_parser(), train, argv, requires={"test_dir": "train_dir"})
 
 
 def image_folder(root: object, flag: str) -> tuple[list[str], list[str]]:
@@ -79,7 +66,7 @@ def image_folder(root: object, flag: str) -> tuple[list[str], list[str]]:
                 paths.append(str(path))
                 labels.append(class_dir.name)
     if not paths:
-        raise UsageError(
+        raise flags.UsageError(
             f"argument {flag}: {str(root)!r} is not valid: no images ({', '.join(IMAGE_SUFFIXES)}) in class "
             "sub-folders; expected root/<label>/<image>"
         )
@@ -87,63 +74,111 @@ def image_folder(root: object, flag: str) -> tuple[list[str], list[str]]:
 
 
 def load_data(args: argparse.Namespace) -> tuple[object, object, str]:
-    """(train, test) datasets with `image` and `label` columns, and the data's name."""
-    import _common
+    """(train, test) datasets with `image` and `label` columns (labels as class ids), and the data's name."""
+    from helpers import data
 
     if args.train_dir is None:
-        dataset = _common.labelled_dataset("image", *digits())
-        return (*_common.split_train_test(dataset, args.test_split_percentage, args.seed), "scikit-learn digits")
-    train = _common.labelled_dataset("image", *image_folder(args.train_dir, "--train-dir"))
-    name = args.train_dir.resolve().name
-    if args.test_dir is None:
-        return (*_common.split_train_test(train, args.test_split_percentage, args.seed), name)
-    names = train.features["label"].names
-    return train, _common.labelled_dataset("image", *image_folder(args.test_dir, "--test-dir"), names), name
+        train, name = labelled(*data.digits()), "scikit-learn digits"
+    else:
+        train, name = labelled(*image_folder(args.train_dir, "--train-dir")), args.train_dir.resolve().name
+    if args.test_dir is None:  # a stratified split: each class keeps its share in both parts
+        parts = train.train_test_split(args.test_split_percentage / 100, seed=args.seed, stratify_by_column="label")
+        return parts["train"], parts["test"], name
+    return train, labelled(*image_folder(args.test_dir, "--test-dir"), train.features["label"].names), name
 
 
-def run(args: argparse.Namespace) -> None:
+def labelled(images: list, labels: list[str], names: list[str] | None = None) -> object:
+    """A `Dataset` of `image` (PIL images or file paths) and `label` (class ids of `names`, by default the sorted
+    labels)."""
+    from datasets import ClassLabel, Dataset, Features, Image
+
+    names = names if names is not None else sorted(set(labels))
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        lacking = f"the test data has labels the training data lacks: {unknown[:5]}"
+        raise flags.UsageError(f"{lacking}; known labels: {names}")
+    features = Features({"image": Image(), "label": ClassLabel(names=names)})
+    return Dataset.from_dict({"image": images, "label": [names.index(label) for label in labels]}, features=features)
+
+
+def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    import _common
+    import numpy as np
     import torch
-    from transformers import ViTImageProcessorPil, set_seed
+    from helpers import callbacks, distributed, model_card
+    from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, pipeline, set_seed
 
-    from turner_tfm import TurnerForImageClassification
+    from turner_tfm import TurnerConfig, TurnerForImageClassification
 
     set_seed(args.seed)
-    train, test, dataset_name = load_data(args)
+    train_set, test_set, dataset_name = load_data(args)
     processor = ViTImageProcessorPil(
         size={"height": args.image_size, "width": args.image_size},
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
         do_convert_rgb=True,
     )
-    config = _common.turner_config(
-        args,
-        image_size=args.image_size,
-        patch_size=args.patch_size,
-        num_channels=3,
-        is_causal=False,
-        **_common.label_maps(train),
-    )
+    names = train_set.features["label"].names
+    with flags.usage_error("the model flags make no valid model"):
+        config = TurnerConfig(
+            image_size=args.image_size,
+            patch_size=args.patch_size,
+            num_channels=3,
+            is_causal=False,
+            id2label=dict(enumerate(names)),
+            label2id={name: i for i, name in enumerate(names)},
+            **flags.model_arguments(args),
+        )
     model = TurnerForImageClassification(config)
-    _common.announce(
-        f"data: {dataset_name}, {len(train)} training and {len(test)} test images, {config.num_labels} classes; "
-        f"model: {_common.count_parameters(model):,} parameters, {config.num_patches} patches + class token"
+    distributed.announce(
+        f"data: {dataset_name}, {len(train_set)} training and {len(test_set)} test images, {config.num_labels} "
+        f"classes; model: {model_card.count_parameters(model):,} parameters, {config.num_patches} patches + class token"
     )
 
     def to_pixels(batch: dict) -> dict:
         pixels = processor(images=batch["image"], return_tensors="pt")["pixel_values"]
         return {"pixel_values": pixels, "labels": torch.tensor(batch["label"])}
 
-    _common.train_classifier(
-        args,
-        model,
-        train.with_transform(to_pixels),
-        test.with_transform(to_pixels),
-        processor,
-        training_overrides={"remove_unused_columns": False},  # the transform needs the image column
+    def accuracy(eval_prediction: tuple) -> dict[str, float]:
+        logits, label_ids = eval_prediction
+        return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids).mean())}
+
+    model = distributed.shard(model, args.fsdp_size, args.ddp_timeout)  # --fsdp-size N: 1/N of each weight a process
+    distributed.start_process_group(args.ddp_timeout)  # before TrainingArguments: gloo with --ddp-timeout
+    with flags.usage_error("the training flags do not go together"):
+        training_args = TrainingArguments(**flags.training_arguments(args), remove_unused_columns=False)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_set.with_transform(to_pixels),
+        eval_dataset=test_set.with_transform(to_pixels),
+        processing_class=processor,
+        compute_metrics=accuracy,
+        callbacks=callbacks.checkpoint_callbacks(),
+    )
+    if training_args.resume_from_checkpoint is not None:
+        distributed.announce(f"resuming from {training_args.resume_from_checkpoint}")
+    with distributed.ProcessWatch.start():  # a failed collective names the processes that are gone
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+
+    model_card.print_loss_curve(trainer)
+    results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
+    examples = test_set["image"][:4]
+    classify = pipeline("image-classification", model=trainer.model, image_processor=processor)
+    predicted = classify(examples, top_k=1)  # every process: a sharded model's forward pass needs them all
+    if trainer.is_world_process_zero():
+        print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")
+        print("\npipeline('image-classification'):")
+        for image, predictions in zip(examples, predicted, strict=True):
+            label, score = predictions[0]["label"], predictions[0]["score"]
+            print(f"  <image {image.size[0]}x{image.size[1]}> -> {label} ({score:.2f})")
+        print()
+
+    model_card.save_with_card(
+        trainer,
         task="image-classification",
-        examples=test["image"][:4],
+        results=results,
+        train_runtime=train_result.metrics["train_runtime"],
         dataset_name=dataset_name,
         example_input="image.png",
     )

@@ -24,5 +24,5 @@ if __name__ == "__main__":
     Trainer.training_step = failing_training_step
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
-    sys.path.insert(0, str(Path(script).parent))
+    sys.path[0] = str(Path(script).parent)  # what `python SCRIPT` does: its folder first, not this launcher's
     runpy.run_path(script, run_name="__main__")

@@ -140,12 +140,10 @@ def test_padding_free(task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_quantization(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torchao", reason="needs `pip install 'turner-tfm[quant]'`")
-    monkeypatch.syspath_prepend(str(BENCHMARKS.parent / "examples"))
-    import _common
-
+    from examples.helpers import data
     from turner_tfm import TurnerConfig, TurnerForCausalLM
 
-    tokenizer = _common.char_tokenizer([_common.stdlib_docstrings()], model_max_length=32)
+    tokenizer = data.char_tokenizer([data.stdlib_docstrings()], model_max_length=32)
     config = TurnerConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
     TurnerForCausalLM(TurnerConfig(**{**config.to_dict(), "max_position_embeddings": 32})).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)

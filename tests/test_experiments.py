@@ -23,8 +23,7 @@ MEAN_STD = r"-?\d+\.\d+ ± \d+\.\d+"
 
 def run(name: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Run `examples/experiments/<name>.py` as a script with `args`."""
-    monkeypatch.syspath_prepend(str(EXPERIMENTS.parent))  # _cli.py and _common.py, which the scripts import
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))  # as Python runs a script: its folder first
     monkeypatch.setattr(sys, "argv", [str(EXPERIMENTS / f"{name}.py"), *args])
     try:
         runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")

@@ -5,6 +5,7 @@ torch.export. Each gives the eager logits, a language model's prefill and decode
 ExecuTorch and every config switch in every format are in the `slow` run (minutes of export on two cores)."""
 
 import contextlib
+import importlib
 import json
 import os
 import runpy
@@ -34,13 +35,7 @@ TOLERANCE = 1e-4
 @pytest.fixture(scope="module")
 def export_script():
     """examples/export.py as a module: its exporting and decoding helpers are the ones under test."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import export
-
-        yield export
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    return importlib.import_module("examples.export")
 
 
 def language_model(**overrides) -> TurnerForCausalLM:
@@ -148,10 +143,10 @@ def test_an_exported_folder_runs_where_turner_tfm_cannot_be_imported(onnx_langua
         f"""
         import json, sys
         sys.modules["turner_tfm"] = None  # any `import turner_tfm` now fails
-        sys.path.insert(0, {str(EXAMPLES)!r})
+        import runpy
         import torch
         from transformers.exporters import ExportedModel
-        from export import generate_exported
+        generate_exported = runpy.run_path({str(EXAMPLES / "export.py")!r})["generate_exported"]
 
         expected = json.load(open({str(tmp_path / "expected.json")!r}))
         exported = ExportedModel.from_pretrained({str(folder)!r}, trust_remote_code=True)
@@ -181,10 +176,10 @@ def run_export_script(monkeypatch, *args: str) -> None:
 
 
 def test_the_example_script_exports_checks_and_reports(export_script, tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import _common
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # export.py runs below as a script: its folder first, as Python does
+    from examples.helpers import data
 
-    tokenizer = _common.char_tokenizer(["Return the sum of the values."], model_max_length=64)
+    tokenizer = data.char_tokenizer(["Return the sum of the values."], model_max_length=64)
     config = text_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
     config.use_cache = False  # as the Trainer saves a trained model's config: the export still uses a cache
     torch.manual_seed(0)

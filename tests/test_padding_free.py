@@ -2,12 +2,12 @@
 one row by `DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same
 gradients; a classifier gives each packed sequence its own logits."""
 
-import sys
-
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
+from examples.helpers import data
+from examples.helpers import padding_free as padding_free_module
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .test_parallel import TORCHRUN
@@ -17,13 +17,7 @@ from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, s
 
 @pytest.fixture(scope="module")
 def padding_free():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import _padding_free
-
-        yield _padding_free
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    return padding_free_module
 
 
 class _PadOnly:
@@ -67,10 +61,8 @@ def test_a_packed_batch_trains_exactly_like_the_padded_batch(padding_free, posit
 
 
 def test_paragraphs_become_sequences_of_at_most_the_block_size(padding_free):
-    import _common  # on the path while the fixture lasts
-
     text = "Return the sum.\n\n\n\nA much longer paragraph, cut in pieces.\n\nX"
-    tokenizer = _common.char_tokenizer([text], model_max_length=16)
+    tokenizer = data.char_tokenizer([text], model_max_length=16)
     dataset = padding_free.paragraph_sequences(tokenizer, text, 16, "training")
     assert [len(ids) for ids in dataset["input_ids"]] == [15, 16, 16, 7]  # "X" has nothing to predict
 

@@ -137,10 +137,9 @@ def run_plot_attention(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
 
 
 def test_example_script_draws_a_saved_language_model_with_its_tokenizer(tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import _common
+    from examples.helpers import data
 
-    tokenizer = _common.char_tokenizer(["Return the sum."], model_max_length=64)
+    tokenizer = data.char_tokenizer(["Return the sum."], model_max_length=64)
     TurnerForCausalLM(text_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "lm")  # saved with sdpa
     tokenizer.save_pretrained(tmp_path / "lm")
     out = tmp_path / "text.png"

@@ -3,17 +3,17 @@ file or a `datasets` folder with a char or BPE tokenizer, continued training, Lo
 starts from the trained LM."""
 
 import csv
-import importlib
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
+
+from examples.helpers import data
 
 from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
 
@@ -233,17 +233,8 @@ def test_quickstart_with_its_defaults_learns_and_saves(tmp_path: Path) -> None:
     prompt = "Return the"  # then 100 new characters, one token each
     sample = output.split(f"sample from pipeline('text-generation'):\n{prompt}", 1)[1][:100]
     words = re.findall(r"[A-Za-z]+", sample)
-    corpus_words = set(re.findall(r"[A-Za-z]+", _stdlib_docstrings()))
+    corpus_words = set(re.findall(r"[A-Za-z]+", data.stdlib_docstrings()))  # the quickstart's corpus
     known = [word for word in words if word in corpus_words]
     assert len(words) >= 8 and len(known) >= 0.8 * len(words), f"the sample does not read as words: {sample!r}"
     assert len(set(words)) >= 0.65 * len(words), f"the sample repeats itself: {sample!r}"
     assert (tmp_path / "turner-quickstart" / "model.safetensors").is_file()
-
-
-def _stdlib_docstrings() -> str:
-    """The quickstart's corpus, built the way the script builds it."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        return importlib.import_module("_common").stdlib_docstrings()
-    finally:
-        sys.path.remove(str(EXAMPLES))

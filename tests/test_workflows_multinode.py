@@ -20,6 +20,8 @@ import psutil
 import pytest
 from huggingface_hub import ModelCard
 
+from examples.helpers import flags
+
 from .workflow_utils import (
     EXAMPLES,
     LM_RUN,
@@ -27,7 +29,6 @@ from .workflow_utils import (
     assert_same_weights,
     complete_checkpoints,
     free_port,
-    import_example,
     kill_run,
     logs,
     start,
@@ -84,11 +85,10 @@ def test_two_nodes_train_to_the_weights_of_one_launcher(parallel: str, tmp_path:
 
 
 def resume_value(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[str | None, str]:
-    """What `--resume-from-checkpoint` becomes once train_causal_lm.py checked its flags, and what it printed."""
-    parser = import_example("train_causal_lm").build_parser()
-    args = parser.parse_args(argv)
-    import_example("_cli").check_arguments(parser, args)
-    return args.resume_from_checkpoint, capsys.readouterr().out
+    """What `--resume-from-checkpoint` becomes once a training script's flags are checked, and what it printed."""
+    parser = flags.training_parser("", output_dir="./turner-causal-lm")
+    flags.add_fsdp_size(parser)
+    return flags.parse(parser, argv).resume_from_checkpoint, capsys.readouterr().out
 
 
 def test_auto_starts_afresh_without_a_complete_checkpoint_and_resumes_from_the_newest_one(

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.trainer_utils import get_last_checkpoint
+
+from examples.helpers import callbacks, data, flags
+from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 from .workflow_utils import (
     EXAMPLES,
@@ -22,7 +25,6 @@ from .workflow_utils import (
     accelerate_launch,
     assert_same_run,
     complete_checkpoints,
-    import_example,
     kill_after_first_checkpoint,
     kill_run,
     launch_env,
@@ -156,12 +158,11 @@ def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
 def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_whole(tmp_path: Path) -> None:
     """Resumed from checkpoint-2, a run saves checkpoint-4 again over the one it left before: while that save runs
     the folder is not complete, so a kill then cannot leave old trainer state beside new weights."""
-    _common, turner = import_example("_common"), import_example("turner_tfm")
     write_text(tmp_path)
-    flags = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2", "--block-size", "16"]
-    args = import_example("train_causal_lm").build_parser().parse_args([*flags, "--per-device-train-batch-size", "2"])
+    training = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2"]
+    args = flags.parse(flags.training_parser("", output_dir="out"), [*training, "--per-device-train-batch-size", "2"])
     text = (tmp_path / "text.txt").read_text()
-    tokenizer = _common.char_tokenizer([text], model_max_length=16)
+    tokenizer = data.char_tokenizer([text], model_max_length=16)
     complete_when_saving = []
 
     class SeeWhatIsCompleteWhenASaveBegins(TrainerCallback):
@@ -170,11 +171,14 @@ def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_wh
                 complete_when_saving.append([path.name for path in complete_checkpoints(args.output_dir)])
 
     for resume in (None, str(tmp_path / "out" / "checkpoint-2")):
-        config = turner.TurnerConfig(
-            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+        config = TurnerConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+        trainer = Trainer(  # as the scripts build it
+            model=TurnerForCausalLM(config),
+            args=TrainingArguments(**flags.training_arguments(args)),
+            train_dataset=data.token_blocks(tokenizer, text, 16, "training"),
+            data_collator=default_data_collator,
+            callbacks=[*callbacks.checkpoint_callbacks(), SeeWhatIsCompleteWhenASaveBegins()],
         )
-        trainer = _common.causal_lm_trainer(args, turner.TurnerForCausalLM(config), tokenizer, text, text)
-        trainer.add_callback(SeeWhatIsCompleteWhenASaveBegins())
         trainer.train(resume_from_checkpoint=resume)
     assert complete_when_saving == [[], ["checkpoint-2"], ["checkpoint-2"]]
     assert [path.name for path in complete_checkpoints(tmp_path / "out")] == ["checkpoint-2", "checkpoint-4"]

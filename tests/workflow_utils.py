@@ -1,8 +1,9 @@
 """Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
-it printed."""
+it printed. The examples' shared code is the package `examples.helpers` (pytest puts the repository root on the
+path)."""
 
 import contextlib
-import importlib
+import functools
 import json
 import os
 import re
@@ -16,6 +17,8 @@ from pathlib import Path
 import psutil
 import torch
 from safetensors.torch import load_file
+
+from examples.helpers import resume
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -98,11 +101,21 @@ def printed_number(output: str, label: str) -> float:
     return float(match.group(1))
 
 
-def import_example(name: str) -> object:
-    """`examples/<name>.py` as a module, for its parser (the examples are scripts that import `_cli` as a sibling)."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    return importlib.import_module(name)
+@functools.cache
+def script_flags(script: str) -> dict[str, list[dict]]:
+    """The flags of `examples/<script>.py` as Python run in the examples folder sees them (the script finds `helpers`
+    beside it): {group title's first word: [{"dest", "options", "choices", "nargs", "const", "default"}, ...]}."""
+    code = (
+        f"import json, {script}\n"
+        f"parser = {script}.build_parser()\n"
+        "keys = {'dest': 'dest', 'options': 'option_strings', 'choices': 'choices', 'nargs': 'nargs', 'const': 'const',"
+        " 'default': 'default'}\n"
+        "print(json.dumps({g.title.split()[0]: [{k: getattr(a, v) for k, v in keys.items()} for a in g._group_actions]"
+        " for g in parser._action_groups}, default=str))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=EXAMPLES, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
 
 
 # A tiny language-model run, 24 steps, saving every 8 (train_causal_lm.py), for the interrupted and multi-node runs
@@ -203,8 +216,8 @@ def wait_all(*processes: subprocess.Popen, timeout: float = 600, expect_failure:
 
 
 def complete_checkpoints(output_dir: Path) -> list[Path]:
-    """`_cli.complete_checkpoints`: what `--resume-from-checkpoint true|auto` chooses from."""
-    return import_example("_cli").complete_checkpoints(output_dir)
+    """`resume.complete_checkpoints`: what `--resume-from-checkpoint true|auto` chooses from."""
+    return resume.complete_checkpoints(output_dir)
 
 
 def kill_after_first_checkpoint(process: subprocess.Popen, output_dir: Path, timeout: float = 300) -> Path:

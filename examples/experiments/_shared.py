@@ -2,7 +2,7 @@
 and the results written as a Markdown table, a plot and the raw numbers.
 
 Tasks (nothing to download):
-- `CharLM`: next-character prediction on the docstrings of Python's standard library (`examples/_common.py`),
+- `CharLM`: next-character prediction on the docstrings of Python's standard library (`examples/helpers/data.py`),
   the last 10% held out; loss in nats per character.
 - `Digits`: scikit-learn's 1,797 handwritten digits (8x8 pixels) as 16 patches of 2x2 (§4.2), a fixed stratified
   20% held out; accuracy and loss.
@@ -27,11 +27,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-EXAMPLES = Path(__file__).resolve().parents[1]
-if str(EXAMPLES) not in sys.path:
-    sys.path.append(str(EXAMPLES))  # examples/_cli.py and examples/_common.py
+# The examples' shared code is the package `examples.helpers`, imported from the repository root (as the tests and
+# benchmarks import it); a script's own folder is all Python puts on the path.
+REPOSITORY = Path(__file__).resolve().parents[2]
+if str(REPOSITORY) not in sys.path:
+    sys.path.append(str(REPOSITORY))
 
-from _cli import new_parser, non_negative_int, positive_float, positive_int  # noqa: E402
+from examples.helpers.flags import new_parser, non_negative_int, positive_float, positive_int  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -144,10 +146,11 @@ class CharLM:
     name = "char LM (stdlib docstrings)"
 
     def __init__(self, block_size: int = 64, eval_windows: int = 128):
-        import _common
         import torch
 
-        train_text, val_text = _common.split_text(_common.stdlib_docstrings(), validation_percentage=10)
+        from examples.helpers import data
+
+        train_text, val_text = data.split_text(data.stdlib_docstrings(), validation_percentage=10)
         self.vocab = {char: i + 1 for i, char in enumerate(sorted(set(train_text)))}  # 0: a character never seen
         self.train_ids = torch.tensor([self.vocab.get(c, 0) for c in train_text])
         self.val_ids = torch.tensor([self.vocab.get(c, 0) for c in val_text])

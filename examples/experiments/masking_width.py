@@ -15,7 +15,8 @@ import argparse
 import sys
 
 import _shared
-from _cli import positive_int
+
+from examples.helpers.flags import positive_int
 
 NAME = "masking_width"
 MASKS = {"bidirectional": False, "causal": True}

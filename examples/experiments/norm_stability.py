@@ -20,7 +20,8 @@ import argparse
 import sys
 
 import _shared
-from _cli import positive_float
+
+from examples.helpers.flags import positive_float
 
 NAME = "norm_stability"
 NORMS = ("layernorm", "rmsnorm", "batchnorm")

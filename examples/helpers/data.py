@@ -1,0 +1,209 @@
+"""The data the example scripts train on when given none, and what turns text into training sequences: the built-in
+corpora (text that ships with Python: nothing to download), scikit-learn's digits, tokenizers trained on the spot,
+and text cut into blocks of tokens.
+"""
+
+import ast
+import importlib
+import inspect
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from datasets import Dataset
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from .flags import UsageError
+
+# Pure-Python standard-library modules whose docstrings and code make the default corpora: present in every
+# CPython install (3.10+), readable English and Python, about half a megabyte of docstrings.
+STDLIB_MODULES = (
+    "argparse", "ast", "base64", "bisect", "calendar", "cmd", "codecs", "collections", "colorsys", "configparser",
+    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "doctest", "email.message", "enum",
+    "fnmatch", "fractions", "ftplib", "functools", "gettext", "glob", "graphlib", "gzip", "heapq", "html.parser",
+    "http.client", "http.cookiejar", "inspect", "ipaddress", "itertools", "json", "locale", "logging", "mailbox",
+    "netrc", "numbers", "operator", "optparse", "pathlib", "pickle", "plistlib", "pprint", "pydoc", "queue", "random",
+    "re", "sched", "selectors", "shlex", "shutil", "smtplib", "statistics", "string", "subprocess", "tarfile",
+    "tempfile", "textwrap", "threading", "timeit", "tokenize", "traceback", "types", "typing", "unittest.case",
+    "urllib.parse", "warnings", "wave", "weakref", "xml.dom.minidom", "zipfile",
+)  # fmt: skip
+STDLIB_DOCS_NAME = "Python standard-library docstrings"
+STDLIB_DOCS_ID = "python-stdlib-docstrings"
+STDLIB_CODE_NAME = "Python standard-library source code (docstrings removed)"
+STDLIB_CODE_ID = "python-stdlib-code"
+SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "<eos>"}
+
+
+def _stdlib_modules() -> list:
+    return [importlib.import_module(name) for name in STDLIB_MODULES]
+
+
+def stdlib_docstrings() -> str:
+    """The default text corpus: every public docstring of `STDLIB_MODULES`, once each, in a fixed order."""
+    return "\n\n".join(_stdlib_docstring_list())
+
+
+def _stdlib_docstring_list() -> list[str]:
+    seen: set[str] = set()
+    docs: list[str] = []
+
+    def add(obj: object) -> None:
+        doc = inspect.getdoc(obj)
+        if doc and len(doc) > 40 and doc not in seen:
+            seen.add(doc)
+            docs.append(doc)
+
+    for module in _stdlib_modules():
+        add(module)
+        for name, obj in sorted(vars(module).items()):
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            add(obj)
+            if inspect.isclass(obj):
+                for method_name, method in sorted(vars(obj).items()):
+                    if not method_name.startswith("_"):
+                        add(method)
+    return docs
+
+
+def stdlib_code() -> str:
+    """The source of `STDLIB_MODULES` with docstrings and comments removed: Python code only."""
+    sources = []
+    for module in _stdlib_modules():
+        if not str(getattr(module, "__file__", "")).endswith(".py"):
+            continue  # built into the interpreter: no source
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and _is_docstring(body[0]):
+                node.body = body[1:] or [ast.Pass()]
+        sources.append(ast.unparse(tree))
+    return "\n\n".join(sources)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def code_or_prose(examples_per_class: int, seed: int) -> tuple[list[str], list[str]]:
+    """The default text-classification task: is a line Python code or English prose? Prose lines are the first lines
+    of stdlib docstrings, code lines come from the same modules' code. Returns (texts, labels), shuffled."""
+    summaries = {doc.split("\n", 1)[0] for doc in _stdlib_docstring_list()}
+    prose = sorted(line for line in summaries if line[:1].isupper() and line.endswith(".") and " " in line)
+    code = sorted({line.strip() for line in stdlib_code().splitlines()})
+    rng = random.Random(seed)
+    rows = []
+    for label, lines in (("prose", prose), ("code", code)):
+        lines = [line for line in lines if 20 <= len(line) <= 100]
+        rows += [(text, label) for text in rng.sample(lines, min(examples_per_class, len(lines)))]
+    rng.shuffle(rows)
+    return [text for text, _ in rows], [label for _, label in rows]
+
+
+def split_text(text: str, validation_percentage: float) -> tuple[str, str]:
+    """Hold out the last `validation_percentage` % of `text` (cut at a line break) for evaluation."""
+    cut = text.rfind("\n", 0, int(len(text) * (1 - validation_percentage / 100)))
+    cut = cut if cut > 0 else int(len(text) * (1 - validation_percentage / 100))
+    return text[:cut], text[cut:]
+
+
+def char_tokenizer(texts: Iterable[str], model_max_length: int) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: one token per character seen in `texts`, plus <pad>, <unk> and <eos>.
+
+    Built with the `tokenizers` library (a word-level model over single characters), so it is a real
+    `PreTrainedTokenizerFast`: it saves to tokenizer.json and loads back with `AutoTokenizer`.
+    """
+    chars = sorted(set().union(*(set(text) for text in texts)))
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS.values(), *chars])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=SPECIAL_TOKENS["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(".|\n"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return _wrap(backend, model_max_length)
+
+
+def bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer with `vocab_size` tokens, trained on `texts` here (GPT-2's scheme, no download)."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    return _wrap(backend, model_max_length)
+
+
+def _wrap(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        **SPECIAL_TOKENS,
+    )
+
+
+def token_blocks(tokenizer: PreTrainedTokenizerFast, text: str, block_size: int, what: str) -> Dataset:
+    """`text` as consecutive blocks of `block_size` tokens (the remainder is dropped), labels = inputs."""
+    ids = [
+        i for encoding in tokenizer.backend_tokenizer.encode_batch(text.splitlines(keepends=True)) for i in encoding.ids
+    ]
+    count = len(ids) // block_size
+    if count == 0:
+        raise UsageError(
+            f"argument --block-size: {block_size} is not valid: the {what} text has only {len(ids)} tokens; "
+            "use a smaller --block-size or more text"
+        )
+    blocks = [ids[i * block_size : (i + 1) * block_size] for i in range(count)]
+    return Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+
+
+def load_text_corpus(args: object, default: str = "docstrings") -> tuple[str, str, str]:
+    """The text named by `flags.add_text_data_arguments`: (text, readable name, dataset id for the card).
+
+    `default` picks the built-in corpus: "docstrings" (`stdlib_docstrings`) or "code" (`stdlib_code`).
+    """
+    if args.train_file is not None:
+        try:
+            text = args.train_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(
+                f"argument --train-file: {str(args.train_file)!r} is not valid: not UTF-8 text ({error})"
+            ) from None
+        name = args.train_file.stem
+    elif args.dataset_name is not None:
+        from datasets import load_dataset
+
+        dataset = load_dataset(args.dataset_name, args.dataset_config_name, split=args.dataset_split)
+        if args.text_column not in dataset.column_names:
+            raise UsageError(
+                f"argument --text-column: {args.text_column!r} is not valid: the dataset's columns are "
+                f"{dataset.column_names}"
+            )
+        text = "\n\n".join(str(row) for row in dataset[args.text_column])
+        name = args.dataset_name.rstrip("/").split("/")[-1] if Path(args.dataset_name).exists() else args.dataset_name
+    elif default == "code":
+        return stdlib_code(), STDLIB_CODE_NAME, STDLIB_CODE_ID
+    else:
+        return stdlib_docstrings(), STDLIB_DOCS_NAME, STDLIB_DOCS_ID
+    if not text.strip():
+        raise UsageError("the training text is empty: pass a --train-file or --dataset-name with text in it")
+    return text, name, name
+
+
+def digits() -> tuple[list, list[str]]:
+    """scikit-learn's 8x8 digits as greyscale PIL images (0..16 scaled to 0..255) and their labels "0".."9"."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = [Image.fromarray((pixels * 255 / 16).astype(np.uint8), mode="L") for pixels in data.images]
+    return images, [str(label) for label in data.target]

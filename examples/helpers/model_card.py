@@ -1,0 +1,111 @@
+"""What a training script reports once it has trained: the loss curve in one line, and the saved folder's model card
+(`turner_tfm.cards`) filled with how the run went. With `--push_to_hub`, the `Trainer` uploads the folder with a card
+of its own (`Trainer.push_to_hub` always writes one); `save_with_card` then uploads this card over it.
+"""
+
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, Trainer
+
+from turner_tfm.cards import write_model_card
+
+
+def loss_curve(trainer: Trainer) -> list[tuple[int, float]]:
+    """(step, training loss) for every logged step."""
+    return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+
+
+def print_loss_curve(trainer: Trainer, points: int = 8) -> None:
+    """One line that shows the training loss falling, from the first logged step to the last."""
+    curve = loss_curve(trainer)
+    if not curve or not trainer.is_world_process_zero():
+        return
+    picks = sorted({round(i * (len(curve) - 1) / max(points - 1, 1)) for i in range(points)})
+    print("training loss: " + " -> ".join(f"{curve[i][1]:.2f} (step {curve[i][0]})" for i in picks))
+
+
+def count_parameters(model: PreTrainedModel) -> int:
+    """Distinct trainable and frozen parameters (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def run_summary(trainer: Trainer, train_runtime: float) -> dict[str, object]:
+    """How the model was trained, as rows of the model card's training table."""
+    args, state = trainer.args, trainer.state
+    device = "CPU" if args.device.type == "cpu" else torch.cuda.get_device_name(args.device)
+    curve = loss_curve(trainer)
+    optimizer, schedule = (getattr(v, "value", v) for v in (args.optim, args.lr_scheduler_type))
+    return {
+        "optimiser steps": state.global_step,
+        "epochs": f"{state.epoch:.2f}",
+        "batch size": f"{args.per_device_train_batch_size} per process x {args.world_size} process(es) x "
+        f"{args.gradient_accumulation_steps} accumulation",
+        "learning rate": f"{args.learning_rate:g}, {schedule} schedule, warm-up {args.warmup_steps:g}",
+        "optimiser": f"{optimizer}, weight decay {args.weight_decay:g}",
+        "hardware": f"{args.world_size} x {device} ({torch.get_num_threads()} threads per process)",
+        "parallelism": parallelism(trainer),
+        "training time": f"{train_runtime:.0f} s",
+        "final training loss": f"{curve[-1][1]:.4f}" if curve else "n/a",
+        "seed": args.seed,
+    }
+
+
+def parallelism(trainer: Trainer) -> str:
+    """How the processes shared the work: FSDP, DeepSpeed, DDP, or none."""
+    if (fsdp_size := getattr(trainer.model, "fsdp_size", None) or 1) > 1:
+        return f"FSDP2 over {fsdp_size} processes (transformers' plan: DistributedConfig(fsdp_size={fsdp_size}))"
+    if trainer.is_fsdp_enabled:
+        return f"FSDP{trainer.accelerator.state.fsdp_plugin.fsdp_version} over {trainer.args.world_size} processes"
+    if trainer.is_deepspeed_enabled:
+        return f"DeepSpeed over {trainer.args.world_size} processes"
+    if trainer.args.world_size > 1:
+        return f"DDP over {trainer.args.world_size} processes ({torch.distributed.get_backend()})"
+    return "none (1 process)"
+
+
+def save_with_card(
+    trainer: Trainer,
+    *,
+    task: str,
+    results: dict[str, float],
+    train_runtime: float,
+    notes: dict[str, object] | None = None,
+    **card: object,
+) -> None:
+    """Save model, code, tokenizer or processor (the Trainer's `processing_class`) and a filled model card; `notes`
+    are extra rows of the card's training table, `card` goes to `write_model_card`.
+
+    Every process must call it (saving a sharded model is collective); only the main process writes the card.
+    """
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)  # with --push_to_hub, uploads too
+    if not trainer.is_world_process_zero():
+        return
+    model = trainer.model
+    card_path = write_model_card(
+        output_dir,
+        model.config,
+        task=task,
+        model_id=trainer.hub_model_id if trainer.args.push_to_hub else output_dir,
+        results=results,
+        training={**run_summary(trainer, train_runtime), **(notes or {})},
+        num_parameters=count_parameters(model),
+        **card,
+    )
+    files = sorted(p.name for p in Path(output_dir).iterdir() if p.is_file())
+    print(f"saved to {output_dir}/: {', '.join(files)}")
+    print(f"model card: {card_path}")
+    if trainer.args.push_to_hub:
+        from huggingface_hub import upload_file
+
+        args = trainer.args
+        upload_file(
+            path_or_fileobj=card_path,
+            path_in_repo="README.md",
+            repo_id=trainer.hub_model_id,
+            token=args.hub_token,
+            revision=args.hub_revision,
+            commit_message="Model card",
+        )
+        print(f"pushed to the Hub: {trainer.hub_model_id}")
