@@ -140,6 +140,26 @@ def test_a_pushed_language_model_loads_by_repo_id_without_turner_tfm(tmp_path: P
     assert remote["generated"].startswith("Beautiful is") and len(remote["generated"]) == len("Beautiful is") + 5
 
 
+def test_a_training_script_pushes_with_the_trainer_and_the_hub_gets_its_model_card(tmp_path: Path, hub: HubServer):
+    """`--push_to_hub --hub_model_id`, TrainingArguments' own flags: the Trainer creates the repo and uploads the saved
+    folder (with a card of its own), then the script's filled card replaces that one."""
+    (tmp_path / "text.txt").write_text("The Zen of Python, by Tim Peters. Beautiful is better than ugly.\n" * 30)
+    output = run_example(
+        "train_causal_lm.py",
+        *("--train-file", "text.txt", "--output-dir", "lm", "--max-steps", "3", "--block-size", "32"),
+        *("--max-new-tokens", "5", "--push_to_hub", "--hub_model_id", "alice/trained-lm", *TINY_MODEL),
+        tmp_path=tmp_path,
+        env=hub_env(tmp_path, hub),
+    )
+    assert "pushed to the Hub: alice/trained-lm" in output
+    files = hub.repos["alice/trained-lm"].snapshot("main")[1]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} | SIBLING_MODULES <= set(files)
+    assert files["README.md"].content == (tmp_path / "lm" / "README.md").read_bytes()  # the script's card, last
+    remote = load_from_hub(tmp_path, hub, "alice/trained-lm", "text", "Beautiful is")
+    assert remote["pipeline_tag"] == "text-generation" and remote["card_loads"]  # its usage names the repo
+    assert remote["model_module"].startswith("transformers_modules.")
+
+
 def test_a_pushed_image_classifier_brings_its_processor(tmp_path: Path, hub: HubServer) -> None:
     write_digit_folder(tmp_path / "digits", classes=(3, 8), per_class=10)
     run_example(

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from examples.helpers import data
 
-from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses
+from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses, write_text
 
 SAVED_FILES = ("config.json", "configuration_turner.py", "modeling_turner.py", "model.safetensors", "README.md")
 
@@ -238,3 +238,34 @@ def test_quickstart_with_its_defaults_learns_and_saves(tmp_path: Path) -> None:
     assert len(words) >= 8 and len(known) >= 0.8 * len(words), f"the sample does not read as words: {sample!r}"
     assert len(set(words)) >= 0.65 * len(words), f"the sample repeats itself: {sample!r}"
     assert (tmp_path / "turner-quickstart" / "model.safetensors").is_file()
+
+
+def test_flags_run_clm_users_know_and_an_arguments_file_take_effect(tmp_path: Path) -> None:
+    """Five `TrainingArguments` fields the scripts did not take before (evaluation and saving every 4 steps, the best
+    checkpoint loaded at the end, a cosine schedule with restarts and its keywords, gradient clipping, Adam's beta2),
+    from a YAML file as transformers' run_clm.py reads one, with a flag after it that wins."""
+    write_text(tmp_path)
+    arguments = {
+        **{"train_file": "text.txt", "output_dir": "out", "max_steps": 12, "logging_steps": 1, "warmup_steps": 0},
+        **{"block_size": 32, "max_new_tokens": 5, "per_device_train_batch_size": 4, "hidden_size": 32},
+        **{"num_hidden_layers": 2, "num_attention_heads": 4, "seed": 1},
+        **{"eval_strategy": "steps", "eval_steps": 4, "save_strategy": "steps", "save_steps": 4},
+        **{"load_best_model_at_end": True, "metric_for_best_model": "eval_loss", "greater_is_better": False},
+        **{"lr_scheduler_type": "cosine_with_restarts", "lr_scheduler_kwargs": {"num_cycles": 2}},
+        **{"max_grad_norm": 0.5, "adam_beta2": 0.95},
+    }
+    (tmp_path / "args.yaml").write_text("\n".join(f"{key}: {json.dumps(value)}" for key, value in arguments.items()))
+    output = run_example("train_causal_lm.py", "args.yaml", "--seed", "3", tmp_path=tmp_path)
+    assert "held-out loss" in output
+
+    saved = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
+    assert (saved.eval_strategy, saved.eval_steps, saved.save_strategy, saved.save_steps) == ("steps", 4, "steps", 4)
+    assert saved.load_best_model_at_end and saved.metric_for_best_model == "eval_loss"
+    assert saved.lr_scheduler_type == "cosine_with_restarts" and saved.lr_scheduler_kwargs == {"num_cycles": 2}
+    assert (saved.max_grad_norm, saved.adam_beta2, saved.seed) == (0.5, 0.95, 3)  # --seed after the file wins
+    state = json.loads((tmp_path / "out" / "checkpoint-12" / "trainer_state.json").read_text())
+    assert [entry["step"] for entry in state["log_history"] if "eval_loss" in entry] == [4, 8, 12]
+    best = min((entry["eval_loss"], entry["step"]) for entry in state["log_history"] if "eval_loss" in entry)
+    assert state["best_model_checkpoint"] == f"out/checkpoint-{best[1]}"  # loaded at the end
+    rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+    assert rates[0] == rates[6] == 2e-3 and rates[5] < rates[0]  # two cosine cycles of 6 steps: restarted at step 7
