@@ -1,13 +1,17 @@
-"""Serving throughput: `turner-serve` (transformers' own server) with and without continuous batching, against
-sequential `generate()` calls in one process.
+"""Serving throughput: `turner-serve` (transformers' own server) with and without continuous batching, and vLLM's
+OpenAI server (its Transformers backend), against sequential `generate()` calls in one process.
 
 For each model, the same requests (prompts of `--prompt-chars` characters from the standard library's docstrings,
-`max_tokens` new tokens, greedy) are answered three ways:
+`max_tokens` new tokens, greedy) are answered up to four ways:
 
 * `generate()`: the requests one after another, `model.generate(..., do_sample=False)` in this process (no server);
 * `serve`: `turner-serve FOLDER` (sequential `generate()` calls on the server's inference thread);
-* `serve --continuous-batching`: paged attention, requests batched as they arrive (a bounded paged cache,
-  `--cb-num-blocks`, since on the CPU transformers otherwise sizes it from 90% of the machine's free RAM).
+* `serve --continuous-batching`: paged attention, requests batched as they arrive (turner-serve sizes the paged
+  cache for `--cb-max-requests` requests of the model's positions; `--cb-num-blocks` sets it instead);
+* `vllm`: `python -m vllm.entrypoints.openai.api_server --model FOLDER --model-impl transformers
+  --trust-remote-code` run by `--vllm-python` (the interpreter of a vLLM environment, as `bash .ci/engines` makes
+  it; default `$TURNER_VLLM_PYTHON`; left out when neither is given), the folder's own code, float32, eager, a KV
+  cache of `--vllm-kv-cache-gib`, its worker bound to the first `--threads` cores (`VLLM_CPU_OMP_THREADS_BIND`).
 
 The servers are asked by 1, 4 and 16 concurrent clients (threads of this process with the OpenAI client), each
 sending its share of `--requests` requests back to back. requests/s = requests / wall time; tokens/s = generated
@@ -15,11 +19,12 @@ tokens (the server's `usage.completion_tokens`, `generate()`'s new tokens) / wal
 one costs no CPU) and every contender's rounds run in alternation, the order rotating each repetition after a
 warm-up round each, so that the load of other processes, which drifts, falls on all alike. Each figure is the median
 of `--repeats` rounds, with the lowest and highest 1-minute load average seen around them (noisy when above the core
-count). Server start-up is not timed. Models: `quickstart` (examples/quickstart.py's shape: L4 H4 D128, rotary
+count). Each server's start-up time (its process started to its first `/health` answer, the model loaded) is
+reported beside its figures. Models: `quickstart` (examples/quickstart.py's shape: L4 H4 D128, rotary
 positions; a character vocabulary of printable ASCII) and `d384` (L6 H6 D384), random weights unless `--folder` names
 a trained folder to serve as the quickstart model.
 
-    python benchmarks/bench_serve.py --threads 1 --json benchmarks/results/serve.json
+    python benchmarks/bench_serve.py --threads 1 --vllm-python VLLM_ENV/bin/python --json benchmarks/results/serve.json
 """
 
 from __future__ import annotations
@@ -67,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=32, help="requests per round")
     parser.add_argument("--prompt-chars", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--cb-num-blocks", type=int, default=64)
+    parser.add_argument("--cb-num-blocks", type=int, default=None, help="default: turner-serve's own sizing")
+    parser.add_argument(
+        "--vllm-python",
+        default=os.environ.get("TURNER_VLLM_PYTHON"),
+        help="python of a vLLM environment (bash .ci/engines makes one); default $TURNER_VLLM_PYTHON; none: no vLLM",
+    )
+    parser.add_argument("--vllm-kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument("--startup-timeout", type=float, default=300)
     add_run_arguments(parser, repeats=3, warmup=1)
     return parser
@@ -130,30 +141,41 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class Server:
-    """`turner-serve folder options` on 127.0.0.1, stopped by its pid."""
+def turner_serve_command(folder: Path, options: list[str], port: int) -> list[str]:
+    command = [sys.executable, "-m", "turner_tfm.serve", str(folder), *options, "--host", "127.0.0.1"]
+    return [*command, "--port", str(port), "--device", "cpu"]
 
-    def __init__(self, folder: Path, options: list[str], threads: int | None, timeout: float, log: Path) -> None:
+
+def vllm_command(vllm_python: str, folder: Path, positions: int, port: int) -> list[str]:
+    """vLLM's OpenAI server on the folder's own code (the `vllm` command of vllm-cpu does not start: it looks for a
+    distribution named vllm)."""
+    command = [vllm_python, "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
+    command += ["--model-impl", "transformers", "--trust-remote-code", "--dtype", "float32", "--enforce-eager"]
+    return [*command, "--max-model-len", str(positions), "--host", "127.0.0.1", "--port", str(port)]
+
+
+class Server:
+    """A server process on 127.0.0.1 (`command(port)`), stopped by its pid; `start_s`: from its start to its first
+    answer to /health."""
+
+    def __init__(self, command: Any, env: dict[str, str], timeout: float, log: Path) -> None:
         self.port = free_port()
         self.log = log
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        command = [sys.executable, "-m", "turner_tfm.serve", str(folder), *options, "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--device", "cpu"]
+        start = time.perf_counter()
         with log.open("wb") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(command(self.port), stdout=output, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise SystemExit(f"turner-serve exited ({self.process.returncode}):\n{log.read_text()[-3000:]}")
+                raise SystemExit(f"{self.process.args} exited ({self.process.returncode}):\n{log.read_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5):
+                    self.start_s = time.perf_counter() - start
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.5)
+                time.sleep(0.2)
         self.stop()
-        raise SystemExit(f"turner-serve gave no /health in {timeout} s:\n{log.read_text()[-3000:]}")
+        raise SystemExit(f"{self.process.args} gave no /health in {timeout} s:\n{log.read_text()[-3000:]}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -227,6 +249,19 @@ def rotated(contenders: dict[tuple[str, int | None], Any], repeats: int, warmup:
     return figures
 
 
+def server_env(threads: int | None, vllm_kv_cache_gib: int) -> dict[str, str]:
+    """Offline; `threads` torch threads (turner-serve), and vLLM's worker bound to as many cores (its API server and
+    engine-core processes run beside it, as they do in deployment)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1"}
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm_kv_cache_gib)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if threads == 1 else f"0-{threads - 1}"
+    else:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    return env
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     env = start_run(args.threads)
@@ -236,8 +271,8 @@ def main(argv: list[str] | None = None) -> None:
 
     texts = prompts(args.requests, args.prompt_chars)
     results, rows = [], []
-    cache = ["--cb-num-blocks", str(args.cb_num_blocks)]
-    server_modes = {"serve": [], "serve --continuous-batching": ["--continuous-batching", *cache]}
+    cache = [] if args.cb_num_blocks is None else ["--cb-num-blocks", str(args.cb_num_blocks)]
+    serving_env = server_env(args.threads, args.vllm_kv_cache_gib)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for shape in args.models:
@@ -245,11 +280,21 @@ def main(argv: list[str] | None = None) -> None:
             model = AutoModelForCausalLM.from_pretrained(folder).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)
             print(f"{shape}: {folder}, {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
+            commands = {
+                "serve": functools.partial(turner_serve_command, folder, []),
+                "serve --continuous-batching": functools.partial(
+                    turner_serve_command, folder, ["--continuous-batching", *cache]
+                ),
+            }
+            if args.vllm_python:
+                positions = model.config.max_position_embeddings
+                commands["vllm"] = functools.partial(vllm_command, args.vllm_python, folder, positions)
             servers: dict[str, Server] = {}
-            try:  # both servers stay up (an idle one costs no CPU) so that their rounds can alternate
-                for mode, options in server_modes.items():
+            try:  # every server stays up (an idle one costs little CPU) so that their rounds can alternate
+                for mode, command in commands.items():
                     log = root / f"{shape}-{len(servers)}.log"
-                    servers[mode] = Server(folder, options, args.threads, args.startup_timeout, log)
+                    servers[mode] = Server(command, serving_env, args.startup_timeout, log)
+                    print(f"  {mode}: started in {servers[mode].start_s:.1f} s", flush=True)
                 contenders = {
                     ("generate()", None): functools.partial(generate_round, model, tokenizer, texts, args.max_tokens)
                 }
@@ -264,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
                     server.stop()
             for (mode, concurrency), figure in figures.items():
                 figure["requests_per_s"] = args.requests / figure["median_s"]
+                figure["start_s"] = servers[mode].start_s if mode in servers else None
                 results.append({"model": shape, "mode": mode, "concurrency": concurrency, **figure})
                 print(
                     f"  {mode} x{concurrency or 1}: {figure['requests_per_s']:.2f} req/s, "
@@ -283,10 +329,12 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r['requests_per_s']:.2f}",
                     f"{r['tokens_per_s']:.1f}",
                     f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x",
+                    "-" if r["start_s"] is None else f"{r['start_s']:.1f}",
                     f"{r['load_before']:.1f}-{r['load_after']:.1f}" + (" (noisy)" if r["noisy"] else ""),
                 ]
             )
-    header = ["model", "answered by", "clients", "requests/s", "generated tokens/s", "vs generate()", "load average"]
+    header = ["model", "answered by", "clients", "requests/s", "generated tokens/s", "vs generate()", "start (s)"]
+    header.append("load average")
     print()
     print(environment_markdown(env))
     print(

@@ -527,13 +527,14 @@ def test_a_chat_request_to_a_model_without_a_chat_template_gets_a_400(folders, r
 @pytest.mark.slow
 def test_the_serving_benchmark_runs_and_reports_every_figure_with_its_load(tmp_path, monkeypatch):
     """benchmarks/bench_serve.py at tiny sizes: generate(), serve and serve --continuous-batching at 1 and 2 clients,
-    each figure with its request and token rates and the load average around it. Timings are not asserted."""
+    each figure with its request and token rates, its server's start-up time and the load average around it (vLLM
+    left out: tests/test_vllm.py runs it with vLLM). Timings are not asserted."""
     import runpy
 
     benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
     out = tmp_path / "serve.json"
     args = ["--models", "quickstart", "--concurrency", "1", "2", "--requests", "2", "--max-tokens", "4"]
-    args += ["--repeats", "1", "--warmup", "1", "--threads", "1", "--json", str(out)]
+    args += ["--repeats", "1", "--warmup", "1", "--threads", "1", "--json", str(out), "--vllm-python", ""]
     monkeypatch.setattr(sys, "argv", [str(benchmarks / "bench_serve.py"), *args])
     monkeypatch.syspath_prepend(str(benchmarks))
     runpy.run_path(str(benchmarks / "bench_serve.py"), run_name="__main__")
@@ -549,5 +550,6 @@ def test_the_serving_benchmark_runs_and_reports_every_figure_with_its_load(tmp_p
     for result in payload["results"]:
         assert result["requests_per_s"] > 0 and result["tokens_per_s"] > 0
         assert {"load_before", "load_after", "noisy"} <= set(result)
+        assert (result["start_s"] is None) == (result["mode"] == "generate()")
     # greedy and the same requests: every way of answering generates the same number of tokens
     assert len({tuple(result["tokens"]) for result in payload["results"]}) == 1
