@@ -7,6 +7,9 @@ range (`transformers.utils.type_validators`), checked on every assignment, and e
 built cannot be saved in a form `from_pretrained` would refuse. A refusal names the field, the value and what is
 allowed; it is the huggingface_hub `StrictDataclass*Error` that `@strict` raises and also a `ValueError`, as it
 always was here.
+
+The class and its fields come first, as in transformers' `configuration_llama.py`; how a refusal is worded follows
+it, and the tensor-parallel and FSDP plans are built in `parallel_turner.py`, beside the rest of the parallelism.
 """
 
 # No `from __future__ import annotations`: `@strict` skips the type check of a field annotated with a string (as it
@@ -25,55 +28,14 @@ from transformers.activations import ACT2FN
 from transformers.utils import logging
 from transformers.utils.type_validators import activation_fn_key, interval, positive_int_field
 
+from .parallel_turner import fsdp_plan, tensor_parallel_plan
+
 logger = logging.get_logger(__name__)
 
 _DEFAULT_TEXT_POSITIONS = 1024
 
 
-class InvalidFieldError(StrictDataclassFieldValidationError, ValueError):
-    """A value a `TurnerConfig` field refuses, on any assignment (so also while the config is built): what `@strict`
-    raises, and a `ValueError`."""
-
-    def __init__(self, message: str):  # one argument, so the error pickles (e.g. out of a DataLoader worker)
-        ValueError.__init__(self, message)
-
-
-class InvalidConfigError(StrictDataclassClassValidationError, ValueError):
-    """A combination of fields a `TurnerConfig` refuses (one of its `validate_*` rules), when it is built or saved:
-    what `@strict` raises, and a `ValueError`."""
-
-    def __init__(self, message: str):
-        ValueError.__init__(self, message)
-
-
-# Keys transformers itself passes a config beyond `PreTrainedConfig`'s own attributes (found by logging every unknown
-# key across the test suite): the implementations `PreTrainedConfig.__init__` pops, the Hub revision, remote code's
-# `auto_map`, the quantizers' and `from_pretrained(distributed_config=...)`'s settings.
-_TRANSFORMERS_EXTRA_KEYS = {
-    "attn_implementation",
-    "experts_implementation",
-    "_commit_hash",
-    "auto_map",
-    "quantization_config",
-    "distributed_config",
-}
-
-
-@functools.cache
-def _transformers_config_keys() -> frozenset[str]:
-    """Every key a config may carry for transformers' sake: `PreTrainedConfig`'s fields, attributes and properties,
-    what a bare config saves, the generation parameters and the keys above."""
-    generation = GenerationConfig._get_default_generation_params()
-    bare = PreTrainedConfig().to_dict()
-    return frozenset({*dir(PreTrainedConfig), *bare, *generation, *_TRANSFORMERS_EXTRA_KEYS})
-
-
-def _message(name: str, value: object, allowed: str) -> str:
-    return f"TurnerConfig: `{name}`={value!r} is invalid; {allowed}."
-
-
-def _invalid(name: str, value: object, allowed: str) -> ValueError:
-    return ValueError(_message(name, value, allowed))
+# What each kind of field allows, declared beside its validator; `_refusals_name_the_field` (below) says it.
 
 
 def _positive_int(default: int | None) -> int | None:
@@ -94,58 +56,6 @@ def _token_id(allowed: str = "it must be None or a token id (an integer in [0, v
     return dataclasses.field(default=None, metadata={"allowed": allowed})
 
 
-def _kinds(annotation: object) -> list[object]:
-    """The types a field annotation allows, less None."""
-    union = get_origin(annotation) in (Union, types.UnionType)
-    return [kind for kind in (get_args(annotation) if union else (annotation,)) if kind is not type(None)]
-
-
-def _choices(annotation: object) -> tuple | None:
-    """The values of a `Literal` field (or `Literal | None`), else None."""
-    kinds = _kinds(annotation)
-    if kinds and all(get_origin(kind) is Literal for kind in kinds):
-        return tuple(choice for kind in kinds for choice in get_args(kind))
-    return None
-
-
-def _allowed(field: dataclasses.Field) -> str | None:
-    """What a field accepts, in words: declared next to its validator, or read from its type."""
-    if "allowed" in field.metadata:
-        return field.metadata["allowed"]
-    if _kinds(field.type) == [bool]:
-        return "it must be True or False"
-    if (choices := _choices(field.type)) is not None:
-        return f"choose one of {list(choices)}"
-    return None
-
-
-def _refusals_name_the_field(cls: type[PreTrainedConfig]) -> type[PreTrainedConfig]:
-    """Re-raise what `@strict` refuses on `cls` as our errors: an assignment's names the field, the value and what the
-    field allows (instead of the validator's generic words, e.g. "expected int, got str"), a rule's keeps the rule's
-    own message. Both stay the `StrictDataclass*Error` that `@strict` raised, and become `ValueError`s."""
-    strict_setattr, strict_validate = cls.__setattr__, cls.validate
-    allowed = {field.name: _allowed(field) for field in dataclasses.fields(cls)}
-
-    @functools.wraps(strict_setattr)
-    def __setattr__(self, name: str, value: object) -> None:
-        try:
-            strict_setattr(self, name, value)
-        except StrictDataclassFieldValidationError as error:
-            cause = error.__cause__
-            raise InvalidFieldError(_message(name, value, allowed.get(name) or str(cause))) from cause
-
-    @functools.wraps(strict_validate)  # keeps its `@strict` mark, so a `@strict` subclass may replace it
-    def validate(self) -> None:
-        try:
-            strict_validate(self)
-        except StrictDataclassClassValidationError as error:
-            raise InvalidConfigError(str(error.__cause__)) from error.__cause__
-
-    cls.__setattr__, cls.validate = __setattr__, validate
-    return cls
-
-
-@_refusals_name_the_field
 @strict
 class TurnerConfig(PreTrainedConfig):
     r"""Configuration for [`TurnerModel`] and its heads.
@@ -233,31 +143,14 @@ class TurnerConfig(PreTrainedConfig):
 
     @property
     def base_model_tp_plan(self) -> dict[str, str]:
-        """Tensor parallel plan of the backbone, built from this config so every rule names a module it has.
-
-        Megatron-style: the vocabulary is split across ranks (so a tied `lm_head` shards against a sharded
-        embedding), each rank holds whole heads of each projection stacked in `qkv_proj` (q, k and v; q and v with
-        `share_query_key`, where U_k = U_q) and the matching columns of `o_proj`, and a slice of the MLP's hidden
-        features. With two hidden layers the second is row-split and the last column-split and gathered. Everything
-        else (norms, positions, token types, patches, pooler) is replicated.
-        """
-        projections = 2 if self.share_query_key else 3
-        attention = {"qkv_proj": f"stacked_heads_colwise_{projections}", "o_proj": "rowwise"}
-        mlp = {"up_proj": "colwise", "down_proj": "rowwise"}
-        if self.mlp_hidden_layers == 2:
-            mlp = {"up_proj": "colwise", "hidden_proj": "rowwise", "down_proj": "colwise_gather_output"}
-        plan = {} if self.is_image_model else {"embeddings.embed_tokens": "embedding_rowwise"}
-        plan |= {f"layers.*.self_attn.{name}": style for name, style in attention.items()}
-        return plan | {f"layers.*.mlp.{name}": style for name, style in mlp.items()}
+        """Tensor-parallel plan of the backbone, built from this config so every rule names a module it has
+        (`parallel_turner.tensor_parallel_plan`)."""
+        return tensor_parallel_plan(self)
 
     @property
     def base_model_fsdp_plan(self) -> dict[str, str]:
-        """FSDP2 plan of the backbone: the token (or patch) embedding and every block free their gathered weights
-        after use; the final norm keeps them (it runs last in the forward pass and first in the backward pass). A
-        tied `lm_head` is wrapped with the token embedding, whose weight it is."""
-        embedding = "embeddings" if self.is_image_model else "embeddings.embed_tokens"
-        plan = {embedding: "free_full_weight", "layers.*": "free_full_weight"}
-        return plan | ({"norm": "keep_full_weight"} if self.norm_position == "pre" else {})
+        """FSDP2 plan of the backbone, built from this config (`parallel_turner.fsdp_plan`)."""
+        return fsdp_plan(self)
 
     def check_parallelism(self, tp_size: int = 1, data_parallel_size: int = 1) -> None:
         """Refuse, before any weight is loaded, a sharding under which this config would not give one process's
@@ -435,6 +328,108 @@ class TurnerConfig(PreTrainedConfig):
                 raise _invalid(name, value, f"it must be None or a token id in [0, {self.vocab_size})")
         super().validate_token_ids()
 
+
+# ------------------------------------------------------------------------------- what a refusal says, and to whom
+
+
+class InvalidFieldError(StrictDataclassFieldValidationError, ValueError):
+    """A value a `TurnerConfig` field refuses, on any assignment (so also while the config is built): what `@strict`
+    raises, and a `ValueError`."""
+
+    def __init__(self, message: str):  # one argument, so the error pickles (e.g. out of a DataLoader worker)
+        ValueError.__init__(self, message)
+
+
+class InvalidConfigError(StrictDataclassClassValidationError, ValueError):
+    """A combination of fields a `TurnerConfig` refuses (one of its `validate_*` rules), when it is built or saved:
+    what `@strict` raises, and a `ValueError`."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+
+
+# Keys transformers itself passes a config beyond `PreTrainedConfig`'s own attributes (found by logging every unknown
+# key across the test suite): the implementations `PreTrainedConfig.__init__` pops, the Hub revision, remote code's
+# `auto_map`, the quantizers' and `from_pretrained(distributed_config=...)`'s settings.
+_TRANSFORMERS_EXTRA_KEYS = {
+    "attn_implementation",
+    "experts_implementation",
+    "_commit_hash",
+    "auto_map",
+    "quantization_config",
+    "distributed_config",
+}
+
+
+@functools.cache
+def _transformers_config_keys() -> frozenset[str]:
+    """Every key a config may carry for transformers' sake: `PreTrainedConfig`'s fields, attributes and properties,
+    what a bare config saves, the generation parameters and the keys above."""
+    generation = GenerationConfig._get_default_generation_params()
+    bare = PreTrainedConfig().to_dict()
+    return frozenset({*dir(PreTrainedConfig), *bare, *generation, *_TRANSFORMERS_EXTRA_KEYS})
+
+
+def _message(name: str, value: object, allowed: str) -> str:
+    return f"TurnerConfig: `{name}`={value!r} is invalid; {allowed}."
+
+
+def _invalid(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(_message(name, value, allowed))
+
+
+def _kinds(annotation: object) -> list[object]:
+    """The types a field annotation allows, less None."""
+    union = get_origin(annotation) in (Union, types.UnionType)
+    return [kind for kind in (get_args(annotation) if union else (annotation,)) if kind is not type(None)]
+
+
+def _choices(annotation: object) -> tuple | None:
+    """The values of a `Literal` field (or `Literal | None`), else None."""
+    kinds = _kinds(annotation)
+    if kinds and all(get_origin(kind) is Literal for kind in kinds):
+        return tuple(choice for kind in kinds for choice in get_args(kind))
+    return None
+
+
+def _allowed(field: dataclasses.Field) -> str | None:
+    """What a field accepts, in words: declared next to its validator, or read from its type."""
+    if "allowed" in field.metadata:
+        return field.metadata["allowed"]
+    if _kinds(field.type) == [bool]:
+        return "it must be True or False"
+    if (choices := _choices(field.type)) is not None:
+        return f"choose one of {list(choices)}"
+    return None
+
+
+def _refusals_name_the_field(cls: type[PreTrainedConfig]) -> type[PreTrainedConfig]:
+    """Re-raise what `@strict` refuses on `cls` as our errors: an assignment's names the field, the value and what the
+    field allows (instead of the validator's generic words, e.g. "expected int, got str"), a rule's keeps the rule's
+    own message. Both stay the `StrictDataclass*Error` that `@strict` raised, and become `ValueError`s."""
+    strict_setattr, strict_validate = cls.__setattr__, cls.validate
+    allowed = {field.name: _allowed(field) for field in dataclasses.fields(cls)}
+
+    @functools.wraps(strict_setattr)
+    def __setattr__(self, name: str, value: object) -> None:
+        try:
+            strict_setattr(self, name, value)
+        except StrictDataclassFieldValidationError as error:
+            cause = error.__cause__
+            raise InvalidFieldError(_message(name, value, allowed.get(name) or str(cause))) from cause
+
+    @functools.wraps(strict_validate)  # keeps its `@strict` mark, so a `@strict` subclass may replace it
+    def validate(self) -> None:
+        try:
+            strict_validate(self)
+        except StrictDataclassClassValidationError as error:
+            raise InvalidConfigError(str(error.__cause__)) from error.__cause__
+
+    cls.__setattr__, cls.validate = __setattr__, validate
+    return cls
+
+
+TurnerConfig = _refusals_name_the_field(TurnerConfig)
 
 # The choices and the switches among the fields, as the example scripts' flags must offer them
 _CHOICES = {name: choices for name, kind in TurnerConfig.__annotations__.items() if (choices := _choices(kind))}

@@ -1,12 +1,42 @@
-"""Tensor parallelism and FSDP for Turner models: the tensor-parallel style of the stacked `qkv_proj`, and the steps
-`from_pretrained(distributed_config=...)` runs before sharding. The plans themselves are built from the config
-(`TurnerConfig.base_model_tp_plan`, `base_model_fsdp_plan`). `modeling_turner.py` imports this module;
-`save_pretrained` copies it beside it.
+"""Tensor parallelism and FSDP for Turner models: the plans, built from the config (which names them
+`base_model_tp_plan` and `base_model_fsdp_plan`), the tensor-parallel style of the stacked `qkv_proj`, and the steps
+`from_pretrained(distributed_config=...)` runs before sharding. `configuration_turner.py` and `modeling_turner.py`
+import this module (it imports neither); `save_pretrained` copies it beside them.
 """
 
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers.distributed import DistributedConfig
 from transformers.utils.import_utils import is_torch_distributed_available
+
+
+def tensor_parallel_plan(config: PreTrainedConfig) -> dict[str, str]:
+    """Tensor parallel plan of a Turner backbone, built from its config so every rule names a module it has.
+
+    Megatron-style: the vocabulary is split across ranks (so a tied `lm_head` shards against a sharded embedding),
+    each rank holds whole heads of each projection stacked in `qkv_proj` (q, k and v; q and v with
+    `share_query_key`, where U_k = U_q) and the matching columns of `o_proj`, and a slice of the MLP's hidden
+    features. With two hidden layers the second is row-split and the last column-split and gathered. Everything else
+    (norms, positions, token types, patches, pooler) is replicated.
+    """
+    projections = 2 if config.share_query_key else 3
+    attention = {"qkv_proj": f"stacked_heads_colwise_{projections}", "o_proj": "rowwise"}
+    mlp = {"up_proj": "colwise", "down_proj": "rowwise"}
+    if config.mlp_hidden_layers == 2:
+        mlp = {"up_proj": "colwise", "hidden_proj": "rowwise", "down_proj": "colwise_gather_output"}
+    plan = {} if config.is_image_model else {"embeddings.embed_tokens": "embedding_rowwise"}
+    plan |= {f"layers.*.self_attn.{name}": style for name, style in attention.items()}
+    return plan | {f"layers.*.mlp.{name}": style for name, style in mlp.items()}
+
+
+def fsdp_plan(config: PreTrainedConfig) -> dict[str, str]:
+    """FSDP2 plan of a Turner backbone: the token (or patch) embedding and every block free their gathered weights
+    after use; the final norm keeps them (it runs last in the forward pass and first in the backward pass). A tied
+    `lm_head` is wrapped with the token embedding, whose weight it is."""
+    embedding = "embeddings" if config.is_image_model else "embeddings.embed_tokens"
+    plan = {embedding: "free_full_weight", "layers.*": "free_full_weight"}
+    return plan | ({"norm": "keep_full_weight"} if config.norm_position == "pre" else {})
+
 
 if is_torch_distributed_available():
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -71,4 +101,4 @@ class TurnerParallelMixin:
             self._fsdp_plan.pop("lm_head", None)
 
 
-__all__ = ["TurnerParallelMixin", "gather_attention_heads"]
+__all__ = ["TurnerParallelMixin", "fsdp_plan", "gather_attention_heads", "tensor_parallel_plan"]
