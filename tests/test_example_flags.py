@@ -202,6 +202,8 @@ def test_a_bad_value_in_a_file_or_a_field_the_script_sets_itself_is_refused_by_n
         ("quickstart.py", "--lr_scheduler_kwargs", "2"): "argument --lr_scheduler_kwargs: '2' is not valid: expected a "
         "JSON object",
         ("quickstart.py", "--eval-strategy", "sometimes"): "argument --eval-strategy: invalid choice: 'sometimes'",
+        # choices transformers computes as it loads: checked once it has, before any data is read
+        ("quickstart.py", "--log_level", "loud"): "argument --log_level: 'loud' is not valid: choose one of detail",
     }
     for (script, *argv), message in cases.items():
         output = run_example(script, *argv, tmp_path=tmp_path, expect_failure=True)

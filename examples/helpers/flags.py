@@ -329,12 +329,19 @@ def check_arguments(parser: ScriptParser, args: argparse.Namespace) -> None:
 def training_arguments(args: argparse.Namespace) -> dict[str, object]:
     """The keywords of `TrainingArguments(...)`: every field given on the command line or in the arguments file, and
     the script's own defaults, with `eval_strategy`, `save_strategy`, `use_cpu` and `dataloader_pin_memory` following
-    the other flags unless given. The rest keep TrainingArguments' defaults."""
+    the other flags unless given. The rest keep TrainingArguments' defaults. A value outside choices transformers
+    computes as it loads (its log levels), which the flags could not check, is refused here."""
     import torch
+    from transformers import HfArgumentParser, TrainingArguments
 
     from .distributed import distributed_without_gpu
 
     kwargs = dict(args.training_arguments)
+    for action in HfArgumentParser(TrainingArguments)._actions:
+        value = kwargs.get(action.dest)
+        if action.choices and isinstance(value, str) and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise UsageError(f"argument --{action.dest}: {value!r} is not valid: choose one of {choices}")
     kwargs.setdefault("eval_strategy", "steps" if args.eval_steps else "no")
     kwargs.setdefault("save_strategy", "steps" if args.save_steps else "no")
     kwargs.setdefault("dataloader_pin_memory", torch.cuda.is_available())
@@ -348,6 +355,8 @@ def usage_error(what: str) -> Iterator[None]:
     flags) like a bad flag: `what: the error`."""
     try:
         yield
+    except UsageError:
+        raise
     except ValueError as error:
         raise UsageError(f"{what}: {error}") from None
 
