@@ -45,6 +45,8 @@ from benchutils import (
 from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
 from transformers import CompileConfig, DynamicCache
 
+from turner_tfm.compat_turner import named_cache
+
 MODES = ["dynamic", "static", "static-compile"]
 
 
@@ -68,7 +70,7 @@ def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, m
     if mode == "static-compile":
         kwargs |= {"cache_implementation": "static", "compile_config": compile_config()}
     if mode == "concat":  # transformers' concatenating layers, passed in so generate() keeps them
-        return lambda: model.generate(prompt, past_key_values=DynamicCache(config=model.config), **kwargs)
+        return lambda: model.generate(prompt, **named_cache(DynamicCache(config=model.config)), **kwargs)
     return lambda: model.generate(prompt, **kwargs)
 
 

@@ -140,6 +140,8 @@ def export_model(model, export_format: str, sample: dict, max_cache_len: int):
     from transformers import StaticCache, exporters
     from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
+    from turner_tfm.compat_turner import CACHE_NAME
+
     exporter_name, config_name = FORMATS[export_format]
     exporter, config_class = getattr(exporters, exporter_name)(), getattr(exporters, config_name)
     if model.config.is_image_model:
@@ -157,7 +159,7 @@ def export_model(model, export_format: str, sample: dict, max_cache_len: int):
     prefill_axes = {
         "input_ids": {1: sequence},
         "position_ids": {1: sequence},
-        "past_key_values": [None] * len(torch.utils._pytree.tree_leaves(empty_cache)),
+        CACHE_NAME: [None] * len(torch.utils._pytree.tree_leaves(empty_cache)),  # the cache's name in this release
     }
     configs = {"prefill": config_class(dynamic_shapes=prefill_axes), "decode": config_class()}
     exported = exporter.export_for_generation(
@@ -188,7 +190,14 @@ def prefill_inputs(exported, input_ids) -> dict:
 
     positions = torch.arange(input_ids.shape[1]).unsqueeze(0)
     cache = StaticCache(config=exported.config, max_cache_len=exported.generation_config.max_cache_len)
-    return {"input_ids": input_ids, "position_ids": positions, "past_key_values": cache}
+    return {"input_ids": input_ids, "position_ids": positions, traced_cache_name(exported): cache}
+
+
+def traced_cache_name(exported) -> str:
+    """The name the export's programs take their cache under: `past_key_values` before transformers 5.24, `cache`
+    from 5.24, as the model's forward was called when it was traced."""
+    traced = exported.runners["prefill"].metadata.kwargs
+    return next(name for name in traced if name not in ("input_ids", "position_ids", "attention_mask"))
 
 
 def generate_exported(exported, input_ids, max_new_tokens: int):
@@ -201,6 +210,7 @@ def generate_exported(exported, input_ids, max_new_tokens: int):
     runners, cache_length = exported.runners, exported.generation_config.max_cache_len
     eos = exported.generation_config.eos_token_id
     stop = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    cache_name = traced_cache_name(exported)
     outputs = runners["prefill"](**prefill_inputs(exported, input_ids))
     tokens = [outputs.logits[0, -1].argmax()]
     for position in range(input_ids.shape[1], input_ids.shape[1] + max_new_tokens - 1):
@@ -210,7 +220,7 @@ def generate_exported(exported, input_ids, max_new_tokens: int):
             input_ids=tokens[-1].view(1, 1),
             attention_mask=(torch.arange(cache_length) <= position).view(1, 1, 1, -1),
             position_ids=torch.tensor([[position]]),
-            past_key_values=outputs.past_key_values,
+            **{cache_name: getattr(outputs, cache_name)},
         )
         tokens.append(outputs.logits[0, -1].argmax())
     return torch.stack(tokens)
