@@ -228,3 +228,27 @@ def test_a_deprecation_that_transformers_logs_about_our_call_is_caught():
         _log_through(modules, recorder, record)
         caught[caller] = bool(recorder.calls)
     assert caught == {"ours": True, "remote code": True, "a test's": False, "transformers' own": False}
+
+
+def test_a_lora_adapter_folder_loads_through_transformers_as_through_peft(tmp_path):
+    """transformers' PEFT integration (`from_pretrained` on an adapter folder) gives the adapted model PEFT gives."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "base")
+    adapted = get_peft_model(
+        TurnerForCausalLM.from_pretrained(tmp_path / "base"),
+        LoraConfig(r=4, init_lora_weights=False, target_modules=["qkv_proj"]),
+    )
+    adapted.save_pretrained(tmp_path / "adapter")
+    ids = random_ids(2, 7)
+    with torch.no_grad():
+        through_peft = PeftModel.from_pretrained(
+            TurnerForCausalLM.from_pretrained(tmp_path / "base"), tmp_path / "adapter"
+        )
+        through_transformers = AutoModelForCausalLM.from_pretrained(tmp_path / "adapter")
+        base = TurnerForCausalLM.from_pretrained(tmp_path / "base")(ids).logits
+        expected = through_peft(ids).logits
+        torch.testing.assert_close(through_transformers(ids).logits, expected)
+    assert not torch.allclose(expected, base), "the adapter changes the logits"
