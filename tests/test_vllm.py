@@ -330,19 +330,35 @@ def test_the_vllm_server_answers_concurrent_requests_each_with_its_own_text(serv
     ("body", "expected"),
     [
         ({"prompt": "a" * (POSITIONS + 10), "max_tokens": 4}, "maximum context length is 64"),
-        ({"prompt": "Hello", "max_tokens": 10**9}, "maximum context length is 64"),
+        ({"prompt": "Hello", "max_tokens": 10**9}, "cannot be greater than max_model_len=64"),
         ({"prompt": "Hello", "max_tokens": -1}, "max_tokens"),
         ({"prompt": "Hello", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "Hello", "max_tokens": 2.5}, "max_tokens"),
         ({"prompt": "Hello", "max_tokens": 4, "stream": True, "temperature": -1}, "temperature"),
     ],
-    ids=["prompt-past-the-positions", "max-tokens-past-the-positions", "negative", "zero", "fraction", "temperature"],
+    ids=[
+        "prompt-past-the-positions",
+        "max-tokens-past-the-positions",
+        "negative",
+        "zero",
+        "fraction",
+        "temperature",
+    ],
 )
 def test_the_vllm_server_refuses_what_the_model_cannot_answer_and_keeps_serving(served, reference, body, expected):
     server, _ = served
     status, answer = post_raw(server, "/v1/completions", json.dumps({"model": server.model, **body}).encode())
     assert 400 <= status < 500 and expected in answer, (status, answer)
     still_serving(server, reference)
+
+
+def test_the_vllm_server_stops_a_completion_at_the_last_position(served, reference):
+    """A prompt of 9 tokens with max_tokens=60 needs 69 of the 64 positions: vLLM answers (turner-serve refuses it
+    with a 400) and stops at the last position, with generate()'s 55 tokens (none of them the end token)."""
+    server, _ = served
+    answer = server.client().completions.create(model=server.model, prompt="Once upon", max_tokens=60, temperature=0)
+    assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(POSITIONS - 9, prompt="Once upon")
+    assert answer.usage.completion_tokens == POSITIONS - 9 and answer.choices[0].finish_reason == "length"
 
 
 # ---- the serving benchmark ----------------------------------------------------------------------------------------
