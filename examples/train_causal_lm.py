@@ -57,7 +57,6 @@ def train(args: argparse.Namespace) -> None:
         Trainer,
         TrainingArguments,
         default_data_collator,
-        pipeline,
         set_seed,
     )
 
@@ -122,7 +121,7 @@ def train(args: argparse.Namespace) -> None:
     eval_loss = trainer.evaluate()["eval_loss"]
     results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
     set_seed(args.seed)  # every process samples: a sharded model's forward pass needs them all
-    generator = pipeline("text-generation", model=trainer.model, tokenizer=tokenizer)
+    generator = distributed.pipeline_of("text-generation", trainer.model, tokenizer=tokenizer)
     sample = generator(args.prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
     if trainer.is_world_process_zero():
         print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")

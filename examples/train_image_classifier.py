@@ -106,7 +106,7 @@ def train(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
     from helpers import callbacks, distributed, model_card
-    from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, pipeline, set_seed
+    from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
 
     from turner_tfm import TurnerConfig, TurnerForImageClassification
 
@@ -164,7 +164,7 @@ def train(args: argparse.Namespace) -> None:
     model_card.print_loss_curve(trainer)
     results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
     examples = test_set["image"][:4]
-    classify = pipeline("image-classification", model=trainer.model, image_processor=processor)
+    classify = distributed.pipeline_of("image-classification", trainer.model, image_processor=processor)
     predicted = classify(examples, top_k=1)  # every process: a sharded model's forward pass needs them all
     if trainer.is_world_process_zero():
         print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")

@@ -124,7 +124,6 @@ def train(args: argparse.Namespace) -> None:
         AutoTokenizer,
         Trainer,
         TrainingArguments,
-        pipeline,
         set_seed,
     )
 
@@ -191,7 +190,7 @@ def train(args: argparse.Namespace) -> None:
     model_card.print_loss_curve(trainer)
     results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
     examples = test_set["text"][:4]
-    classify = pipeline("text-classification", model=trainer.model, tokenizer=tokenizer)
+    classify = distributed.pipeline_of("text-classification", trainer.model, tokenizer=tokenizer)
     predicted = classify(examples, top_k=1, truncation=True)  # every process: a sharded model needs them all
     if trainer.is_world_process_zero():
         print(f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples")

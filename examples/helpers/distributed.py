@@ -5,11 +5,13 @@
   a restart (pytorch/pytorch#167288);
 - `ProcessWatch`: a failed collective says only that it failed; this names the processes that are gone;
 - `leave_process_group`: a process that exits while gloo's threads run aborts the whole `accelerate launch`;
-- `shard`: `--fsdp_size N` through transformers' own plan (`DistributedConfig(fsdp_size=N)`).
+- `shard`: `--fsdp_size N` through transformers' own plan (`DistributedConfig(fsdp_size=N)`);
+- `pipeline_of`: transformers' pipelines check a model's class by its name, which FSDP2 changes.
 """
 
 import contextlib
 import datetime
+import logging
 import os
 import socket
 import sys
@@ -19,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 import torch
-from transformers import DistributedConfig, PreTrainedModel
+from transformers import DistributedConfig, Pipeline, PreTrainedModel, pipeline
 
 
 def is_main_process() -> bool:
@@ -188,3 +190,22 @@ def shard(model: PreTrainedModel, fsdp_size: int, ddp_timeout: int) -> PreTraine
         model.save_pretrained(folder)  # before the process group: with one, only the first process would write
         start_process_group(ddp_timeout)
         return type(model).from_pretrained(folder, distributed_config=DistributedConfig(fsdp_size=fsdp_size))
+
+
+class _ShardedClassNameFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("The model 'FSDP")
+
+
+def pipeline_of(task: str, model: PreTrainedModel, **kwargs) -> Pipeline:
+    """`pipeline(task, model=model, **kwargs)` for a model `shard` may have sharded. Workaround: the pipeline checks
+    the model's class by name (`Pipeline.check_model_type`), and FSDP2 renames it `FSDP<Name>`, so transformers logs
+    that the model "is not supported" and then runs it as usual; that one record is dropped. Stands in for the check
+    accepting a subclass of a supported class."""
+    pipelines_logger = logging.getLogger("transformers.pipelines.base")
+    sharded_names = _ShardedClassNameFilter()
+    pipelines_logger.addFilter(sharded_names)
+    try:
+        return pipeline(task, model=model, **kwargs)
+    finally:
+        pipelines_logger.removeFilter(sharded_names)
