@@ -24,6 +24,9 @@ import time
 from typing import Any
 
 import torch
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -33,9 +36,6 @@ from benchutils import (
     start_run,
     write_json,
 )
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
-
 from turner_tfm import TurnerConfig, TurnerModel
 
 MIB = 2**20

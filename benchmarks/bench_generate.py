@@ -27,6 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers import CompileConfig, DynamicCache
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -43,8 +45,6 @@ from benchutils import (
     write_json,
 )
 from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
-from transformers import CompileConfig, DynamicCache
-
 from turner_tfm.compat_turner import named_cache
 
 MODES = ["dynamic", "static", "static-compile"]

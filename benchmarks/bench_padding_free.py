@@ -21,6 +21,9 @@ import itertools
 from typing import Any
 
 import torch
+from datasets import Dataset
+from transformers import PreTrainedTokenizerFast
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -33,9 +36,6 @@ from benchutils import (
     summarize,
     write_json,
 )
-from datasets import Dataset
-from transformers import PreTrainedTokenizerFast
-
 from examples.helpers import data, padding_free
 from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification
 

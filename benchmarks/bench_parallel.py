@@ -29,6 +29,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, DistributedConfig
+
+import turner_tfm
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -42,10 +46,6 @@ from benchutils import (
     summarize,
     write_json,
 )
-from torch.distributed.tensor import DTensor
-from transformers import AutoModelForCausalLM, DistributedConfig
-
-import turner_tfm
 
 
 def model_shape(args: argparse.Namespace) -> dict[str, int]:

@@ -19,6 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    TorchAoConfig,
+)
+
+import turner_tfm  # noqa: F401  (registers the Auto classes)
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -31,16 +41,6 @@ from benchutils import (
     summarize,
     write_json,
 )
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    BitsAndBytesConfig,
-    GPT2Config,
-    GPT2LMHeadModel,
-    TorchAoConfig,
-)
-
-import turner_tfm  # noqa: F401  (registers the Auto classes)
 
 METHODS = ("fp32", "torchao int8", "bitsandbytes int8")
 

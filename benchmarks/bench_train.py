@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,

@@ -25,6 +25,15 @@ from typing import Any
 
 import torch
 from bench_train import SHAPES
+from datasets import Dataset
+from transformers import (
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+    get_linear_schedule_with_warmup,
+)
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,
@@ -41,15 +50,7 @@ from benchutils import (
     under_load,
     write_json,
 )
-from datasets import Dataset
 from peers import turner_lm
-from transformers import (
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-    default_data_collator,
-    get_linear_schedule_with_warmup,
-)
 
 LEARNING_RATE = 1e-4
 

@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 import torch
+
 from benchutils import (
     add_run_arguments,
     environment_markdown,

@@ -12,9 +12,10 @@ import argparse
 
 import torch
 from bench_generate import MODES, generate_fn
+from torch.profiler import ProfilerActivity, profile
+
 from benchutils import add_run_arguments, environment_markdown, finish_run, start_run
 from peers import LMShape, gpt2_lm, turner_lm
-from torch.profiler import ProfilerActivity, profile
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

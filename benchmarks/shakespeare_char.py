@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
+from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 

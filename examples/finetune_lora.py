@@ -45,7 +45,6 @@ def main(argv: list[str] | None = None) -> None:
 def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import torch
-    from helpers import callbacks, data, distributed, model_card
     from peft import LoraConfig, get_peft_model
     from transformers import (
         AutoModelForCausalLM,
@@ -56,6 +55,8 @@ def train(args: argparse.Namespace) -> None:
         pipeline,
         set_seed,
     )
+
+    from helpers import callbacks, data, distributed, model_card
 
     set_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)

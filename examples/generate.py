@@ -40,11 +40,11 @@ def run(args: argparse.Namespace) -> None:
             f"argument --tp-size: {args.tp_size} is not valid: it must equal the number of processes, {world_size} "
             f"(start {args.tp_size} with: torchrun --nproc_per_node {args.tp_size} examples/generate.py ...)"
         )
-    from helpers import distributed
-    from helpers.flags import check_sample_length
     from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
 
     import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
+    from helpers import distributed
+    from helpers.flags import check_sample_length
 
     sharding = {"distributed_config": DistributedConfig(tp_size=args.tp_size)} if args.tp_size > 1 else {}
     try:

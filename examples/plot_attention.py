@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def plot_text(args: argparse.Namespace) -> object:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    from helpers import data
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from helpers import data
     from turner_tfm import TurnerConfig, TurnerForCausalLM
     from turner_tfm.plotting import plot_text_attention
 
@@ -83,10 +83,10 @@ def plot_text(args: argparse.Namespace) -> object:
 
 def plot_image(args: argparse.Namespace) -> object:
     import torch
-    from helpers import data
     from PIL import Image
     from transformers import AutoImageProcessor, AutoModelForImageClassification, ViTImageProcessorPil
 
+    from helpers import data
     from turner_tfm import TurnerConfig, TurnerForImageClassification
     from turner_tfm.plotting import plot_image_attention
 

@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    from helpers import callbacks, data, distributed, model_card
     from transformers import Trainer, TrainingArguments, default_data_collator, pipeline, set_seed
 
+    from helpers import callbacks, data, distributed, model_card
     from turner_tfm import TurnerConfig, TurnerForCausalLM
 
     set_seed(args.seed)

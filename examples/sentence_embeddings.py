@@ -78,7 +78,6 @@ def retrieval_accuracy(model, anchors: list[str], positives: list[str]) -> float
 def train(args: argparse.Namespace) -> None:
     # torch, transformers and sentence-transformers load once the flags are checked
     from datasets import Dataset
-    from helpers import data, distributed, model_card
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
@@ -88,6 +87,7 @@ def train(args: argparse.Namespace) -> None:
     from sentence_transformers.sentence_transformer import losses, modules
     from transformers import set_seed
 
+    from helpers import data, distributed, model_card
     from turner_tfm import TurnerConfig, TurnerModel
 
     set_seed(args.seed)

@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    from helpers import callbacks, data, distributed, model_card, padding_free
     from transformers import (
         AutoModelForCausalLM,
         AutoTokenizer,
@@ -60,6 +59,7 @@ def train(args: argparse.Namespace) -> None:
         set_seed,
     )
 
+    from helpers import callbacks, data, distributed, model_card, padding_free
     from turner_tfm import TurnerConfig, TurnerForCausalLM
 
     set_seed(args.seed)

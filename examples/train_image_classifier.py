@@ -105,9 +105,9 @@ def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import numpy as np
     import torch
-    from helpers import callbacks, distributed, model_card
     from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
 
+    from helpers import callbacks, distributed, model_card
     from turner_tfm import TurnerConfig, TurnerForImageClassification
 
     set_seed(args.seed)

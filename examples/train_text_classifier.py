@@ -118,7 +118,6 @@ def read_table(args: argparse.Namespace, path: object, flag: str) -> tuple[list[
 def train(args: argparse.Namespace) -> None:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     import numpy as np
-    from helpers import callbacks, data, distributed, model_card, padding_free
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -127,6 +126,7 @@ def train(args: argparse.Namespace) -> None:
         set_seed,
     )
 
+    from helpers import callbacks, data, distributed, model_card, padding_free
     from turner_tfm import TurnerConfig, TurnerForSequenceClassification
 
     set_seed(args.seed)
