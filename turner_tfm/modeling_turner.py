@@ -263,9 +263,11 @@ class TurnerAttention(nn.Module):
         self.scaling = self.head_dim**-0.5  # footnote 8
         self.is_causal = config.is_causal
         self.attention_dropout = config.attention_dropout
+        self.share_query_key = config.share_query_key
         inner_size = config.num_attention_heads * config.head_dim
-        self.projections = 2 if config.share_query_key else 3
-        self.qkv_proj = nn.Linear(config.hidden_size, self.projections * inner_size, bias=config.attention_bias)
+        self.inner_size = inner_size  # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
+        projections = 2 if config.share_query_key else 3
+        self.qkv_proj = nn.Linear(config.hidden_size, projections * inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(
@@ -278,8 +280,13 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        query, *key, value = self.qkv_proj(hidden_states).view(heads_shape).transpose(1, 2).chunk(self.projections, 1)
-        key = key[0] if key else query
+        width = self.inner_size  # split as a packed QKV, which serving engines recognise and shard by heads
+        if self.share_query_key:
+            query, value = self.qkv_proj(hidden_states).split((width, width), dim=-1)
+            key = query
+        else:
+            query, key, value = self.qkv_proj(hidden_states).split((width, width, width), dim=-1)
+        query, key, value = (states.view(heads_shape).transpose(1, 2) for states in (query, key, value))
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
