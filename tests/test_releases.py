@@ -252,3 +252,15 @@ def test_a_lora_adapter_folder_loads_through_transformers_as_through_peft(tmp_pa
         expected = through_peft(ids).logits
         torch.testing.assert_close(through_transformers(ids).logits, expected)
     assert not torch.allclose(expected, base), "the adapter changes the logits"
+
+
+def test_the_plan_transformers_516_to_520_assign_to_a_tied_config_is_accepted_and_any_other_refused():
+    """transformers 5.16-5.20 (vLLM's pins) set `base_model_tp_plan` on every config with tied embeddings, adding an
+    `embed_tokens` rule; Turner's plan keeps its own, and any other assignment is refused."""
+    config = text_config(tie_word_embeddings=True)
+    built = dict(config.base_model_tp_plan)
+    assert built["embeddings.embed_tokens"] == "embedding_rowwise"
+    config.base_model_tp_plan = {**built, "embed_tokens": "embedding_rowwise"}
+    assert config.base_model_tp_plan == built
+    with pytest.raises(ValueError, match="built from the config's own fields"):
+        config.base_model_tp_plan = {**built, "layers.*.mlp.up_proj": "rowwise"}

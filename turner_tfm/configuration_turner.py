@@ -147,6 +147,17 @@ class TurnerConfig(PreTrainedConfig):
         (`parallel_turner.tensor_parallel_plan`)."""
         return tensor_parallel_plan(self)
 
+    @base_model_tp_plan.setter
+    def base_model_tp_plan(self, plan: dict[str, str]) -> None:
+        """Refuse a plan, but for the one transformers 5.16 to 5.20 assign when building a config with tied
+        embeddings: the built plan with a rule for `embed_tokens`, which Turner's plan already has under the module's
+        real name (`embeddings.embed_tokens`). Serving engines pinned to those releases (vLLM) build Turner configs."""
+        if plan != {**tensor_parallel_plan(self), "embed_tokens": "embedding_rowwise"}:
+            raise ValueError(
+                "TurnerConfig.base_model_tp_plan is built from the config's own fields, so every rule names a module "
+                "it has; to change the plan pass `distributed_config=DistributedConfig(tp_plan=...)` to from_pretrained"
+            )
+
     @property
     def base_model_fsdp_plan(self) -> dict[str, str]:
         """FSDP2 plan of the backbone, built from this config (`parallel_turner.fsdp_plan`)."""
