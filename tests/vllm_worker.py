@@ -1,5 +1,5 @@
-"""Runs in the vLLM virtual environment (`bash .ci/engines` makes it), where `turner_tfm` is not installed: loads a
-saved Turner folder with vLLM's Transformers backend (`model_impl="transformers"`, the folder's own code through
+"""Runs in the vLLM virtual environment (`bash .ci/run --engines` makes it), where `turner_tfm` is not installed:
+loads a saved Turner folder with vLLM's Transformers backend (`model_impl="transformers"`, the folder's own code through
 `trust_remote_code`) and prints one JSON line of what vLLM computed. `tests/test_vllm.py` starts it as
 `python -I tests/vllm_worker.py JOB.json` and compares the line with transformers' `generate()` and forward pass on
 the same folder, in its own environment.
