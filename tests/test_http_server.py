@@ -111,21 +111,25 @@ class Server:
 
 
 def start_server(folder: Path, options: list[str], tmp_path: Path, launcher: list[str] | None = None) -> Server:
-    """`turner-serve folder options` on a free port of 127.0.0.1, once its /health answers; fails with the server's
-    output if it exits or does not answer within STARTUP_TIMEOUT seconds. `launcher`: the command that starts it
-    (default `python -m turner_tfm.serve`)."""
+    """`turner-serve folder options` on a free port of 127.0.0.1, once its /health answers. `launcher`: the command
+    that starts it (default `python -m turner_tfm.serve`)."""
     launcher = launcher or [sys.executable, "-m", "turner_tfm.serve"]
     port = free_port()
-    log = tmp_path / f"server-{port}.log"
     command = [*launcher, str(folder), *options, "--host", "127.0.0.1"]
     command += ["--port", str(port), "--device", "cpu", "--log-level", "info"]
+    return launch(command, port, folder, script_env(tmp_path), tmp_path / f"server-{port}.log", "turner-serve")
+
+
+def launch(command: list[str], port: int, folder: Path, env: dict, log: Path, name: str, timeout: float = 0) -> Server:
+    """Start `command`, a server of `folder` on 127.0.0.1:`port` writing to `log`, and return it once its /health
+    answers; fail with its output if it exits or does not answer within `timeout` s (default STARTUP_TIMEOUT)."""
     with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=script_env(tmp_path))
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
     server = Server(process, port, log, str(folder))
-    deadline = time.monotonic() + STARTUP_TIMEOUT
+    deadline = time.monotonic() + (timeout or STARTUP_TIMEOUT)
     while time.monotonic() < deadline:
         if not server.alive():
-            pytest.fail(f"turner-serve exited with {process.returncode}; its output ends:\n{server.output()[-4000:]}")
+            pytest.fail(f"{name} exited with {process.returncode}; its output ends:\n{server.output()[-6000:]}")
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=5) as response:
                 if response.status == 200:
@@ -134,7 +138,7 @@ def start_server(folder: Path, options: list[str], tmp_path: Path, launcher: lis
             time.sleep(0.5)
     stop_server(server)
     pytest.fail(
-        f"turner-serve did not answer /health in {STARTUP_TIMEOUT} s; its output ends:\n{server.output()[-4000:]}"
+        f"{name} did not answer /health in {timeout or STARTUP_TIMEOUT} s; its output ends:\n{server.output()[-6000:]}"
     )
 
 

