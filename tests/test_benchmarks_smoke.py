@@ -139,7 +139,6 @@ def test_padding_free(task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_quantization(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torchao", reason="needs `pip install 'turner-tfm[quant]'`")
     from examples.helpers import data
     from turner_tfm import TurnerConfig, TurnerForCausalLM
 

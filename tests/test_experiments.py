@@ -9,11 +9,10 @@ import runpy
 import sys
 from pathlib import Path
 
+import matplotlib  # noqa: F401  (the dev extra: a missing or broken install fails here, it never skips)
 import pytest
+import sklearn  # noqa: F401
 from PIL import Image
-
-pytest.importorskip("matplotlib")
-pytest.importorskip("sklearn")
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "examples" / "experiments"
 SCRIPTS = ("masking_width", "shared_qk", "position_combine", "norm_stability", "position_length")

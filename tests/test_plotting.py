@@ -4,6 +4,7 @@ import runpy
 import sys
 from pathlib import Path
 
+import matplotlib  # noqa: F401  (the dev extra: a missing or broken install fails here, it never skips)
 import pytest
 import torch
 from PIL import Image
@@ -12,8 +13,6 @@ from turner_tfm import TurnerForCausalLM, TurnerForImageClassification
 from turner_tfm.plotting import attention_weights, plot_attention_maps, plot_image_attention, plot_text_attention
 
 from .tiny import image_config, random_ids, text_config
-
-pytest.importorskip("matplotlib")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 LAYERS, HEADS = 2, 4  # the tiny configs

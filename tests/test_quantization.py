@@ -2,8 +2,10 @@
 bitsandbytes 8-bit on the CPU. Turner's projections are `nn.Linear`, so the quantizers find every one of them;
 GPT-2's `Conv1D` layers are skipped by the same quantizer."""
 
+import bitsandbytes  # noqa: F401  (the dev extra: a missing or broken install fails here, it never skips)
 import pytest
 import torch
+import torchao
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -19,8 +21,6 @@ from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .tiny import random_ids, text_config
 
-torchao = pytest.importorskip("torchao", reason="needs `pip install 'turner-tfm[quant]'`")
-pytest.importorskip("bitsandbytes", reason="needs `pip install 'turner-tfm[quant]'`")
 INT8 = {
     "torchao": lambda: TorchAoConfig(torchao.quantization.Int8WeightOnlyConfig()),
     "bitsandbytes": lambda: BitsAndBytesConfig(load_in_8bit=True),
