@@ -27,7 +27,7 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from transformers import CompileConfig, DynamicCache
 
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,
@@ -44,7 +44,7 @@ from benchutils import (
     under_load,
     write_json,
 )
-from peers import LMShape, gpt2_lm, minimal_lm, turner_lm
+from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, turner_lm
 from turner_tfm.compat_turner import named_cache
 
 MODES = ["dynamic", "static", "static-compile"]

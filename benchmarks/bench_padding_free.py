@@ -9,9 +9,9 @@ sequence for the classifier) and padded to the longest sequence (attention mask,
 training step (forward, backward, AdamW) per timed call, the two in rotation; tokens/s counts real tokens only, the
 same for both.
 
-    python benchmarks/benchpadding_free.py --threads 1 --json results/padding_free.json
-    python benchmarks/benchpadding_free.py --task text-classification --threads 1 \
-        --json results/2026-11-22/padding_free_text_classification.json
+    python -m benchmarks.bench_padding_free --threads 1 --json benchmarks/results/padding_free.json
+    python -m benchmarks.bench_padding_free --task text-classification --threads 1 \
+        --json benchmarks/results/2026-11-22/padding_free_text_classification.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerFast
 
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,

@@ -2,7 +2,7 @@
 
 Run with two processes (one torch thread each):
 
-    torchrun --standalone --nproc_per_node 2 benchmarks/bench_parallel.py --json results/parallel.json
+    torchrun --standalone --nproc_per_node 2 -m benchmarks.bench_parallel --json benchmarks/results/parallel.json
 
 Rank 0 saves a randomly initialised `TurnerForCausalLM` (by default 4 blocks, D=1024, 16 heads, MLP 4096,
 vocabulary 32000, tied head: 83 M parameters); every rank loads it twice, whole and with
@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, DistributedConfig
 
 import turner_tfm
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,

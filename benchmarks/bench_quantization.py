@@ -7,7 +7,8 @@ loss on the quickstart's own held-out text (the last 5% of the standard-library 
 tokens/s at batch 1, the three run in rotation. Then the same torchao quantizer is pointed at a GPT-2 of the same
 shape: how many of each model's matrix layers it replaced.
 
-    python benchmarks/bench_quantization.py --model-dir ./turner-quickstart --threads 1 --json results/quant.json
+    python -m benchmarks.bench_quantization --model-dir ./turner-quickstart --threads 1 \
+        --json benchmarks/results/quant.json
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from transformers import (
 )
 
 import turner_tfm  # noqa: F401  (registers the Auto classes)
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,

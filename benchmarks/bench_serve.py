@@ -24,7 +24,7 @@ reported beside its figures. Models: `quickstart` (examples/quickstart.py's shap
 positions; a character vocabulary of printable ASCII) and `d384` (L6 H6 D384), random weights unless `--folder` names
 a trained folder to serve as the quickstart model.
 
-    python benchmarks/bench_serve.py --threads 1 --vllm-python VLLM_ENV/bin/python --json benchmarks/results/serve.json
+    python -m benchmarks.bench_serve --threads 1 --vllm-python VLLM_ENV/bin/python --json benchmarks/results/serve.json
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,
@@ -42,7 +42,7 @@ from benchutils import (
     under_load,
     write_json,
 )
-from peers import LMShape, gpt2_lm, minimal_lm, parameter_count, turner_lm
+from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, parameter_count, turner_lm
 
 SHAPES: dict[str, tuple[LMShape, int]] = {
     "nanogpt-cpu": (LMShape(layers=4, heads=4, features=128, context=64), 12),

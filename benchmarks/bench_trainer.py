@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from bench_train import SHAPES
 from datasets import Dataset
 from transformers import (
     Trainer,
@@ -34,7 +33,8 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from benchutils import (
+from benchmarks.bench_train import SHAPES
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,
@@ -50,7 +50,7 @@ from benchutils import (
     under_load,
     write_json,
 )
-from peers import turner_lm
+from benchmarks.peers import turner_lm
 
 LEARNING_RATE = 1e-4
 

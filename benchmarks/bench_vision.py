@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from benchutils import (
+from benchmarks.benchutils import (
     add_run_arguments,
     environment_markdown,
     finish_run,
@@ -30,7 +30,7 @@ from benchutils import (
     under_load,
     write_json,
 )
-from peers import ImageShape, parameter_count, turner_image, vit_image
+from benchmarks.peers import ImageShape, parameter_count, turner_image, vit_image
 
 
 @torch.inference_mode()

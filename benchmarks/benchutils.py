@@ -5,9 +5,9 @@ alternation (turner, peer, turner, peer, ...) after a warm-up, so that load from
 hits both sides alike. Every figure records the load average before and after it; one taken with more processes
 waiting for a CPU than there are cores is marked noisy, since a ratio taken then mostly measures the other processes.
 
-A benchmark of the examples' own code (their corpora, the padding-free collators) imports it as the tests do, as the
-package `examples.helpers` from the repository root, which importing this module puts on the path: Python puts only
-a script's own folder there.
+Run every benchmark from the repository root as a module (`python -m benchmarks.bench_train`): the repository root is
+then the import root, so a benchmark imports this module as `benchmarks.benchutils` and the examples' own code (their
+corpora, the padding-free collators) as `examples.helpers`, as the tests do.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,10 +25,6 @@ from typing import Any
 
 import torch
 import transformers
-
-REPOSITORY = Path(__file__).resolve().parents[1]
-if str(REPOSITORY) not in sys.path:
-    sys.path.append(str(REPOSITORY))
 
 
 def environment() -> dict[str, Any]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from minimal_gpt import MinimalGPT, MinimalGPTConfig
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
 
+from benchmarks.minimal_gpt import MinimalGPT, MinimalGPTConfig
 from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForImageClassification
 
 

@@ -3,7 +3,7 @@
 For a row of `bench_generate.py` that misses its target: the same model, prompt and mode, the operators that took the
 most time (self time, torch.profiler on the CPU), and each model's total. Example, the static cache compiled:
 
-    python benchmarks/profile_generate.py --threads 1 --mode static-compile --batch 1 --new-tokens 128
+    python -m benchmarks.profile_generate --threads 1 --mode static-compile --batch 1 --new-tokens 128
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench_generate import MODES, generate_fn
 from torch.profiler import ProfilerActivity, profile
 
-from benchutils import add_run_arguments, environment_markdown, finish_run, start_run
-from peers import LMShape, gpt2_lm, turner_lm
+from benchmarks.bench_generate import MODES, generate_fn
+from benchmarks.benchutils import add_run_arguments, environment_markdown, finish_run, start_run
+from benchmarks.peers import LMShape, gpt2_lm, turner_lm
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ each window of 64 characters trains 63 next-character predictions.
 
 Example:
 
-    python benchmarks/shakespeare_char.py /path/to/tinyshakespeare.txt --json results/shakespeare.json
+    python -m benchmarks.shakespeare_char /path/to/tinyshakespeare.txt --json benchmarks/results/shakespeare.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
-from benchutils import add_run_arguments, environment_markdown, finish_run, markdown_table, start_run, write_json
+from benchmarks.benchutils import (
+    add_run_arguments,
+    environment_markdown,
+    finish_run,
+    markdown_table,
+    start_run,
+    write_json,
+)
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 

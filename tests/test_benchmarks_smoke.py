@@ -1,4 +1,5 @@
-"""Smoke test of `benchmarks/`: every script runs as a script at tiny sizes and writes JSON of the expected structure.
+"""Smoke test of `benchmarks/`: every script runs as `python -m benchmarks.NAME` at tiny sizes and writes JSON of the
+expected structure.
 
 Timings are never asserted: they are what the scripts measure, not behaviour.
 """
@@ -7,14 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from .workflow_utils import run_module
+
 ENV_KEYS = {"cpu", "logical_cpus", "torch_threads", "torch", "transformers", "python"}
 LOAD_KEYS = {"load_before", "load_after", "noisy"}
 RATIO_KEYS = {"median", "q1", "q3", "ratio_of_medians"}
@@ -22,11 +25,9 @@ TIMES_KEYS = {"median_s", "q1_s", "q3_s", "min_s", "n"}
 
 
 def run_script(name: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Run `benchmarks/<name>` as `__main__` with `args` plus `--json`, and return the JSON it wrote."""
+    """`python -m benchmarks.NAME ARGS --json OUT` for `benchmarks/<name>`; return the JSON it wrote."""
     out = tmp_path / f"{name}.json"
-    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / name), *args, "--threads", "1", "--json", str(out)])
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    runpy.run_path(str(BENCHMARKS / name), run_name="__main__")
+    run_module(f"benchmarks.{name.removesuffix('.py')}", [*args, "--threads", "1", "--json", str(out)], monkeypatch)
     payload = json.loads(out.read_text())
     assert set(payload["environment"]) >= ENV_KEYS
     assert payload["environment"]["torch_threads"] == 1
@@ -169,3 +170,33 @@ def test_trainer_against_a_plain_loop(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result["trainer_loop_only"]["n"] == 2
     assert result["trainer_loop_only"]["median_s"] < result["times"]["trainer"]["median_s"], "the loop excludes setup"
     assert set(result["ratios"]) == {"recipe_over_loop", "trainer_over_recipe", "trainer_over_loop"}
+
+
+MODULES_AND_A_FLAG = [("benchmarks.bench_padding_free", "--threads"), ("examples.experiments.masking_width", "--seeds")]
+
+
+@pytest.mark.parametrize(("module", "flag"), MODULES_AND_A_FLAG)
+def test_a_benchmark_or_experiment_runs_as_python_m_from_the_repository_root(module, flag, tmp_path: Path) -> None:
+    """The one declared way the trees reach each other: the repository root is the import root. Both modules import
+    the examples' shared code as `examples.helpers`; nothing puts it on the path for them."""
+    from .workflow_utils import REPO, script_env
+
+    env = {key: value for key, value in script_env(tmp_path).items() if key != "PYTHONPATH"}
+    command = [sys.executable, "-m", module, "--help"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert flag in result.stdout
+
+
+def test_no_script_puts_another_tree_on_the_path() -> None:
+    from .workflow_utils import REPO
+
+    edit = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path \+=")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for tree in ("benchmarks", "examples", "tests")
+        for path in sorted((REPO / tree).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if edit.search(line)
+    ]
+    assert found == []

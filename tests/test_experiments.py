@@ -5,8 +5,6 @@ Only the structure of what they write is checked, never which variant wins or ho
 
 import json
 import re
-import runpy
-import sys
 from pathlib import Path
 
 import matplotlib  # noqa: F401  (the dev extra: a missing or broken install fails here, it never skips)
@@ -14,21 +12,16 @@ import pytest
 import sklearn  # noqa: F401
 from PIL import Image
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "examples" / "experiments"
+from .workflow_utils import run_module
+
 SCRIPTS = ("masking_width", "shared_qk", "position_combine", "norm_stability", "position_length")
 SMALL = ["--quick", "--hidden-size", "16", "--num-attention-heads", "2"]  # fewer features: faster smoke runs
 MEAN_STD = r"-?\d+\.\d+ ± \d+\.\d+"
 
 
 def run(name: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run `examples/experiments/<name>.py` as a script with `args`."""
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))  # as Python runs a script: its folder first
-    monkeypatch.setattr(sys, "argv", [str(EXPERIMENTS / f"{name}.py"), *args])
-    try:
-        runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")
-    except SystemExit as done:  # `sys.exit(main())`: a success exits with None
-        if done.code not in (None, 0):
-            raise
+    """`python -m examples.experiments.<name> ARGS`."""
+    run_module(f"examples.experiments.{name}", args, monkeypatch)
 
 
 def results(name: str, args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list, list]:

@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .tiny import text_config
-from .workflow_utils import free_port, script_env
+from .workflow_utils import free_port, run_module, script_env
 
 SPECIALS = ["<pad>", "<unk>", "<eos>"]
 CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]
@@ -533,15 +533,10 @@ def test_the_serving_benchmark_runs_and_reports_every_figure_with_its_load(tmp_p
     """benchmarks/bench_serve.py at tiny sizes: generate(), serve and serve --continuous-batching at 1 and 2 clients,
     each figure with its request and token rates, its server's start-up time and the load average around it (vLLM
     left out: tests/test_vllm.py runs it with vLLM). Timings are not asserted."""
-    import runpy
-
-    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
     out = tmp_path / "serve.json"
     args = ["--models", "quickstart", "--concurrency", "1", "2", "--requests", "2", "--max-tokens", "4"]
     args += ["--repeats", "1", "--warmup", "1", "--threads", "1", "--json", str(out), "--vllm-python", ""]
-    monkeypatch.setattr(sys, "argv", [str(benchmarks / "bench_serve.py"), *args])
-    monkeypatch.syspath_prepend(str(benchmarks))
-    runpy.run_path(str(benchmarks / "bench_serve.py"), run_name="__main__")
+    run_module("benchmarks.bench_serve", args, monkeypatch)
     payload = json.loads(out.read_text())
     assert payload["benchmark"] == "serve"
     assert [(r["mode"], r["concurrency"]) for r in payload["results"]] == [

@@ -174,10 +174,10 @@ def test_check_parallelism_accepts_what_shards_exactly() -> None:
 
 def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(tmp_path: Path) -> None:
     command = list(TORCHRUN)
-    command += [str(REPO / "benchmarks" / "bench_parallel.py"), "--hidden-size", "128", "--num-hidden-layers", "2"]
+    command += ["-m", "benchmarks.bench_parallel", "--hidden-size", "128", "--num-hidden-layers", "2"]
     command += ["--vocab-size", "512", "--tokens", "16", "--prompt", "8", "--new-tokens", "4", "--repeats", "2"]
     command += ["--warmup", "1", "--json", str(tmp_path / "parallel.json")]
-    result = subprocess.run(command, env=script_env(tmp_path), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, cwd=REPO, env=script_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     report = json.loads((tmp_path / "parallel.json").read_text())
     assert report["max_logit_difference"] < 1e-4

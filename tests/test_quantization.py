@@ -113,11 +113,11 @@ def test_the_same_quantizer_skips_every_gpt2_conv1d_but_takes_every_turner_linea
 @pytest.mark.slow
 @pytest.mark.parametrize("method", list(INT8))
 def test_a_quickstart_model_keeps_its_held_out_loss_within_one_percent(method, tmp_path, monkeypatch):
-    from .workflow_utils import REPO, run_example
+    from benchmarks import bench_quantization
+
+    from .workflow_utils import run_example
 
     run_example("quickstart.py", "--output-dir", "lm", "--max-steps", "100", "--max-new-tokens", "5", tmp_path=tmp_path)
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    import bench_quantization
 
     blocks = bench_quantization.held_out_blocks(tmp_path / "lm", 128)
     full = bench_quantization.held_out_loss(AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval(), blocks, 32)

@@ -24,7 +24,7 @@ from turner_tfm import TurnerForCausalLM, TurnerModel
 from .test_http_server import CHARACTERS, CHAT_TEMPLATE, SPECIALS, Server, char_tokenizer, launch, post_raw, stop_server
 from .test_switches import SWITCHES
 from .tiny import text_config
-from .workflow_utils import free_port, script_env
+from .workflow_utils import free_port, run_module, script_env
 
 pytestmark = pytest.mark.engines
 VLLM_PYTHON = os.environ.get("TURNER_VLLM_PYTHON", "TURNER_VLLM_PYTHON is not set: bash .ci/run --engines sets it")
@@ -347,15 +347,10 @@ def test_the_vllm_server_stops_a_completion_at_the_last_position(served, referen
 def test_the_serving_benchmark_runs_vllm_beside_turner_serve_and_generate(tmp_path, monkeypatch):
     """benchmarks/bench_serve.py at tiny sizes with vLLM: every contender answers the same greedy requests with the
     same number of tokens, and each server reports its start-up time. Timings are not asserted."""
-    import runpy
-
-    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
     out = tmp_path / "serve.json"
     args = ["--models", "quickstart", "--concurrency", "1", "2", "--requests", "2", "--max-tokens", "4"]
     args += ["--repeats", "1", "--warmup", "1", "--threads", "1", "--json", str(out), "--vllm-python", VLLM_PYTHON]
-    monkeypatch.setattr(sys, "argv", [str(benchmarks / "bench_serve.py"), *args])
-    monkeypatch.syspath_prepend(str(benchmarks))
-    runpy.run_path(str(benchmarks / "bench_serve.py"), run_name="__main__")
+    run_module("benchmarks.bench_serve", args, monkeypatch)
     results = json.loads(out.read_text())["results"]
     modes = ["serve", "serve --continuous-batching", "vllm"]
     expected = [("generate()", None)] + [(mode, clients) for mode in modes for clients in (1, 2)]

@@ -1,12 +1,14 @@
 """Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
-it printed. The examples' shared code is the package `examples.helpers` (pytest puts the repository root on the
-path)."""
+it printed, or run a benchmark or experiment as `python -m` runs it from the repository root. The examples' shared
+code is the package `examples.helpers` (pytest puts the repository root on the path, as `python -m` puts the current
+folder)."""
 
 import contextlib
 import functools
 import json
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -31,6 +33,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def run_module(module: str, args: list[str], monkeypatch) -> None:
+    """`python -m MODULE ARGS` from the repository root, in this process: how the benchmarks (`benchmarks.NAME`) and
+    the experiments (`examples.experiments.NAME`) are run. A module imported before by another is run afresh."""
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as done:  # `sys.exit(main())`: a success exits with None or 0
+        if done.code not in (None, 0):
+            raise
 
 
 def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -19,7 +19,6 @@ import contextlib
 import json
 import math
 import statistics
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,13 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The examples' shared code is the package `examples.helpers`, imported from the repository root (as the tests and
-# benchmarks import it); a script's own folder is all Python puts on the path.
-REPOSITORY = Path(__file__).resolve().parents[2]
-if str(REPOSITORY) not in sys.path:
-    sys.path.append(str(REPOSITORY))
-
-from examples.helpers.flags import new_parser, non_negative_int, positive_float, positive_int  # noqa: E402
+from examples.helpers.flags import new_parser, non_negative_int, positive_float, positive_int
 
 if TYPE_CHECKING:
     import torch

@@ -7,15 +7,14 @@ scikit-learn's digits (16 patches of 2x2 pixels) with and without the causal mas
 test accuracy over seeds. Both read the last token (`classifier_pooling="last"`): under the mask it is the only
 token that has seen every patch.
 
-    python examples/experiments/masking_width.py              # about 3 minutes on one CPU thread
-    python examples/experiments/masking_width.py --full       # 5 seeds, longer training, D up to 128
+    python -m examples.experiments.masking_width              # about 3 minutes on one CPU thread
+    python -m examples.experiments.masking_width --full       # 5 seeds, longer training, D up to 128
 """
 
 import argparse
 import sys
 
-import _shared
-
+from examples.experiments import _shared
 from examples.helpers.flags import positive_int
 
 NAME = "masking_width"

@@ -12,15 +12,14 @@ steps is above its loss at the first step. A run that did not diverge but whose 
 predicting every character from the letter frequencies (the unigram loss) is counted as "at unigram": it learned
 nothing from the context in the steps it had.
 
-    python examples/experiments/norm_stability.py              # about 6 minutes on one CPU thread
-    python examples/experiments/norm_stability.py --full       # 5 seeds, longer training
+    python -m examples.experiments.norm_stability              # about 6 minutes on one CPU thread
+    python -m examples.experiments.norm_stability --full       # 5 seeds, longer training
 """
 
 import argparse
 import sys
 
-import _shared
-
+from examples.experiments import _shared
 from examples.helpers.flags import positive_float
 
 NAME = "norm_stability"

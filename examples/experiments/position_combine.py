@@ -9,14 +9,14 @@ concatenating P position features to D token features (width D + P). Attention (
 (4D wide) are the same size in all three, so only how positions enter changes. The language model's output head is
 untied from its input embedding in all three (concatenation needs it).
 
-    python examples/experiments/position_combine.py              # about 4 minutes on one CPU thread
-    python examples/experiments/position_combine.py --full       # 5 seeds, longer training
+    python -m examples.experiments.position_combine              # about 4 minutes on one CPU thread
+    python -m examples.experiments.position_combine --full       # 5 seeds, longer training
 """
 
 import argparse
 import sys
 
-import _shared
+from examples.experiments import _shared
 
 NAME = "position_combine"
 

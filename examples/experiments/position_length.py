@@ -7,14 +7,14 @@ information". This script trains a character language model on windows of N char
 2N, position by position. Learned positions have no vector past N - 1: the model refuses the longer input with a
 ValueError, reported as such.
 
-    python examples/experiments/position_length.py              # about 3 minutes on one CPU thread
-    python examples/experiments/position_length.py --full       # 5 seeds, longer training
+    python -m examples.experiments.position_length              # about 3 minutes on one CPU thread
+    python -m examples.experiments.position_length --full       # 5 seeds, longer training
 """
 
 import argparse
 import sys
 
-import _shared
+from examples.experiments import _shared
 
 NAME = "position_length"
 TYPES = ("learned", "sinusoidal", "rotary", "none")

@@ -6,14 +6,14 @@ using U_q != U_k." This script trains both (`share_query_key=False` / `True`) on
 (causal, stdlib docstrings) and on digit images (bidirectional), several seeds each, and compares held-out loss and
 accuracy. Sharing saves the D x D key projection of every block.
 
-    python examples/experiments/shared_qk.py              # about 3 minutes on one CPU thread
-    python examples/experiments/shared_qk.py --full       # 5 seeds, longer training
+    python -m examples.experiments.shared_qk              # about 3 minutes on one CPU thread
+    python -m examples.experiments.shared_qk --full       # 5 seeds, longer training
 """
 
 import argparse
 import sys
 
-import _shared
+from examples.experiments import _shared
 
 NAME = "shared_qk"
 VARIANTS = {"U_q != U_k (separate)": {"share_query_key": False}, "U_q = U_k (shared)": {"share_query_key": True}}

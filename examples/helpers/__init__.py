@@ -10,5 +10,6 @@
 - `distributed`: several processes without a GPU (gloo), sharding with `--fsdp_size`, naming a lost process;
 - `model_card`: the loss curve, the run's summary, and saving with a filled model card.
 
-The scripts import it as `helpers` (it sits beside them); tests and benchmarks as `examples.helpers`.
+The scripts import it as `helpers` (it sits beside them); tests, benchmarks and experiments, which run from the
+repository root (`python -m benchmarks.NAME`), as `examples.helpers`.
 """
