@@ -14,6 +14,7 @@ token) or `"embeddings": [[floats], ...]` (`embed`, the pooling runner's default
 import gc
 import importlib.util
 import json
+import os
 import sys
 
 
@@ -58,3 +59,9 @@ if __name__ == "__main__":  # vLLM starts its engine in spawned processes, which
         jobs = json.load(job_file)
     for job in jobs:
         print("VLLM_RESULT " + json.dumps(run(job)), flush=True)
+    # Every answer is out and every engine shut down. At interpreter exit, vLLM 0.32 on the CPU can then abort in C++
+    # teardown ("terminate called without an active exception": a running std::thread destroyed; SIGABRT, once in a
+    # CI run of the lane, after both answers of the embeddings test). That is teardown, not the answers under test:
+    # skip it. A job that fails raises above, before this line, and the worker exits with its traceback.
+    sys.stderr.flush()
+    os._exit(0)
