@@ -263,6 +263,7 @@ class TurnerAttention(nn.Module):
         self.scaling = self.head_dim**-0.5  # footnote 8
         self.is_causal = config.is_causal
         self.attention_dropout = config.attention_dropout
+        self.share_query_key = config.share_query_key
         inner_size = config.num_attention_heads * config.head_dim
         self.inner_size = inner_size  # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
         projections = 2 if config.share_query_key else 3
@@ -279,10 +280,15 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        # U_q, U_k (absent when shared), U_v: split by width as a packed QKV, which serving engines shard by heads
-        states = self.qkv_proj(hidden_states).split(self.inner_size, dim=-1)
-        query, *key, value = (part.view(heads_shape).transpose(1, 2) for part in states)
-        key = key[0] if key else query
+        # Explicit widths, one per part: vLLM's Transformers backend reads them from the traced graph to shard this as
+        # a packed QKV (an integer split size is not recognised, and its tensor parallel then fails)
+        width = self.inner_size
+        if self.share_query_key:
+            query, value = self.qkv_proj(hidden_states).split((width, width), dim=-1)
+            key = query
+        else:
+            query, key, value = self.qkv_proj(hidden_states).split((width, width, width), dim=-1)
+        query, key, value = (states.view(heads_shape).transpose(1, 2) for states in (query, key, value))
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
