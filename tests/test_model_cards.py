@@ -1,6 +1,7 @@
 """Model cards: every template fills from a config and a run, parses with `huggingface_hub.ModelCard`, and ships in
 the wheel so a normal (non-editable) install can write cards."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -53,6 +54,63 @@ def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_pat
     assert 'say \\"hi\\"' in card.text  # quoted safely inside the usage snippet
     if task != "text-generation":
         assert "`cat`, `dog`" in card.text or "`code`, `prose`" in card.text
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """Every Markdown table row of a card, keyed by its first cell (backticks dropped), the other cells as written."""
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    return {cells[0].strip().strip("`"): [cell.strip().strip("`") for cell in cells[1:]] for cells in rows}
+
+
+def test_the_model_section_is_read_from_the_config_and_names_the_switches_it_changes() -> None:
+    config = TurnerConfig(
+        vocab_size=50,
+        hidden_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        normalization="rmsnorm",
+        position_embedding_type="rotary",
+        share_query_key=True,
+        norm_position="post",
+        mlp_hidden_layers=2,
+        intermediate_size=72,
+    )
+    card = render_model_card(config, task="text-generation", model_id="me/tiny", dataset_name="d")
+    rows = table_rows(card.text)
+    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "head_dim", "intermediate_size"):
+        (label,) = [key for key in rows if f"(`{name}`)" in key]
+        assert rows[label] == [str(getattr(config, name))], label
+    assert rows["head size K (`head_dim`)"] == ["12"] and rows["MLP width (`intermediate_size`)"] == ["72"]
+    assert rows["inputs"] == ["50 tokens, up to 1024 positions"]
+    switches = {
+        "normalization": "rmsnorm",
+        "norm_position": "post",
+        "position_embedding_type": "rotary",
+        "position_embedding_combine": "add",
+        "share_query_key": "True",
+        "mlp_hidden_layers": "2",
+        "is_causal": "True",
+    }
+    for name, value in switches.items():
+        assert rows[name][0] == value, (name, rows[name])
+    assert rows["normalization"][1:] == ["layernorm", "figure 5, TokenNorm (LayerNorm) or another norm"]
+    assert rows["is_causal"][1] == "derived"
+    changed = re.search(r"The paper's switches changed from the standard block: (.*)\.", card.text).group(1)
+    expected = ["position_embedding_type", "share_query_key", "normalization", "norm_position", "mlp_hidden_layers"]
+    assert changed == ", ".join(f"`{name}`" for name in expected)
+    assert "LayerNorm |" not in card.text and "use_cache" not in rows and "return_dict" not in rows
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_default_config_changes_no_switch(task: str) -> None:
+    config = config_for(task)
+    text = render_model_card(config, task=task, model_id="m", dataset_name="d").text
+    rows = table_rows(text)
+    assert "The paper's switches changed from the standard block: none." in text
+    assert rows["normalization"][:2] == ["layernorm", "layernorm"] and rows["norm_position"][:2] == ["pre", "pre"]
+    assert rows["is_causal"][0] == str(task == "text-generation")
+    assert rows["head size K (`head_dim`)"] == [str(config.hidden_size // config.num_attention_heads)]
+    assert rows["MLP width (`intermediate_size`)"] == [str(4 * config.hidden_size)]
 
 
 def test_templates_keep_their_fixed_metadata_in_yaml_front_matter() -> None:

@@ -4,7 +4,9 @@ A card is a `README.md`: YAML front matter that the Hub reads (`library_name`, `
 `datasets`, `metrics`, and the measured results as `model-index`), then what the model is, how it was trained, its
 results and a usage snippet that loads it with `trust_remote_code=True`. The templates, one per task, are
 `model_cards/*.md` in the repository and `turner_tfm.model_cards` installed: their front matter holds the fixed
-fields, their body `${name}` slots that `render_model_card` fills.
+fields, their body `${name}` slots that `render_model_card` fills. The card's "Model" section is read from the config:
+the shape in the paper's symbols, then every choice field of `TurnerConfig` (each `bool` or `Literal` it declares)
+with its value and default, the paper's switches it changes named first.
 
 Example:
 
@@ -20,14 +22,18 @@ Example:
 ```
 """
 
+import dataclasses
 import re
 import string
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from types import UnionType
+from typing import Literal, Union, get_args, get_origin
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PreTrainedConfig
 
 from .configuration_turner import TurnerConfig
 
@@ -40,6 +46,26 @@ METRICS = {
     "accuracy": ("accuracy", "Accuracy"),
     "perplexity": ("perplexity", "Perplexity"),
     "eval_loss": ("loss", "Cross-entropy loss (nats/token)"),
+}
+# The shape's rows: config field -> the paper's name for it
+SHAPE = {
+    "num_hidden_layers": "blocks M",
+    "hidden_size": "features D",
+    "num_attention_heads": "heads H",
+    "head_dim": "head size K",
+    "intermediate_size": "MLP width",
+    "hidden_act": "MLP activation",
+}
+# Where the paper discusses a switch; the card lists every choice field of the config, these with the reference
+PAPER_SECTIONS = {
+    "is_causal": "§4.1, the auto-regressive mask",
+    "position_embedding_type": "§3, position encodings",
+    "position_embedding_combine": "footnote 19, add or concatenate",
+    "share_query_key": "footnote 9, U_q = U_k",
+    "normalization": "figure 5, TokenNorm (LayerNorm) or another norm",
+    "norm_position": "§2.3 and footnote 18, before or after the residual",
+    "mlp_hidden_layers": "footnote 14, the MLP's hidden layers",
+    "classifier_pooling": "§1.2, pooling for a global classification",
 }
 _MODEL_ID_LINE = re.compile(r'^model_id = ".*"$', flags=re.MULTILINE)
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", flags=re.DOTALL)
@@ -102,7 +128,7 @@ def render_model_card(
         "model_id": model_id,
         "dataset_name": dataset_name,
         "origin": f"fine-tuned from `{base_model}`" if base_model else "trained from scratch",
-        "architecture": _architecture_table(config, num_parameters),
+        "architecture": _architecture(config, num_parameters),
         "training": _table(("setting", "value"), list((training or {}).items())) or "Not recorded.",
         "results": _table(("metric", "value"), [(METRICS[k][1], f"{v:.4f}") for k, v in results.items()])
         or "Not measured.",
@@ -136,34 +162,56 @@ def _split_template(text: str) -> tuple[dict, str]:
     return yaml.safe_load(match.group(1)) or {}, text[match.end() :]
 
 
-def _architecture_table(config: TurnerConfig, num_parameters: int | None) -> str:
+def _architecture(config: TurnerConfig, num_parameters: int | None) -> str:
+    """The shape in the paper's symbols, then every switch of the config with the ones changed from their defaults
+    named: what the card's "Model" section shows."""
     inputs = (
         f"{config.image_size}x{config.image_size} images, {config.patch_size}x{config.patch_size} patches "
         f"({config.num_patches} + class token), {config.num_channels} channels"
         if config.is_image_model
         else f"{config.vocab_size} tokens, up to {config.max_position_embeddings} positions"
     )
-    rows = [
-        ("inputs", inputs),
-        ("blocks M", config.num_hidden_layers),
-        ("features D (`hidden_size`)", config.hidden_size),
-        ("heads H", config.num_attention_heads),
-        ("head size K (`head_dim`)", config.head_dim),
-        ("MLP width", config.intermediate_size),
-        ("attention", "causal (§4.1)" if config.is_causal else "bidirectional"),
-        ("position encoding (§3)", config.position_embedding_type),
-        ("norm", f"{config.norm_position}-norm LayerNorm"),
-    ]
+    shape = [("inputs", inputs), *((f"{label} (`{name}`)", getattr(config, name)) for name, label in SHAPE.items())]
     if num_parameters is not None:
-        rows.append(("parameters", f"{num_parameters:,}"))
-    return _table(("", "value"), rows)
+        shape.append(("parameters", f"{num_parameters:,}"))
+    switches = _switches(config)
+    changed = [
+        f"`{name}`" for name, value, default in switches if name in PAPER_SECTIONS and default not in (None, value)
+    ]
+    rows = [
+        (f"`{name}`", f"`{value}`", "derived" if default is None else f"`{default}`", PAPER_SECTIONS.get(name, ""))
+        for name, value, default in switches
+    ]
+    return "\n\n".join(
+        [
+            _table(("", "value"), shape),
+            f"The paper's switches changed from the standard block: {', '.join(changed) or 'none'}.",
+            _table(("switch", "value", "default", "in the paper"), rows),
+        ]
+    )
 
 
-def _table(header: tuple[str, str], rows: list[tuple[object, object]]) -> str:
+def _switches(config: TurnerConfig) -> list[tuple[str, object, object]]:
+    """Each choice of the config's own (a field typed `bool` or `Literal`): its name, value and declared default
+    (None where it is derived from the other fields)."""
+    inherited = {field.name for field in dataclasses.fields(PreTrainedConfig)} | {"use_cache"}  # not the model's
+    return [
+        (field.name, getattr(config, field.name), field.default)
+        for field in dataclasses.fields(config)
+        if field.name not in inherited and _is_choice(field.type)
+    ]
+
+
+def _is_choice(annotation: object) -> bool:
+    kinds = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return all(kind is bool or get_origin(kind) is Literal for kind in kinds if kind is not type(None))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
     if not rows:
         return ""
-    lines = [f"| {header[0]} | {header[1]} |", "| --- | --- |"]
-    lines += [f"| {key} | {value} |" for key, value in rows]
+    lines = [" | ".join(("", *header, "")).strip(), "|" + " --- |" * len(header)]
+    lines += [" | ".join(("", *map(str, row), "")).strip() for row in rows]
     return "\n".join(lines)
 
 
