@@ -56,20 +56,71 @@ def test_every_sequence_of_cache_operations_leaves_what_concatenation_leaves():
             assert torch.equal(ours.keys, reference.keys) and torch.equal(ours.values, reference.values), operation
 
 
+def buffer_of(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
 def test_appending_writes_in_place_until_the_buffer_is_full_then_doubles():
     layer = TurnerDynamicLayer()
     keys, values = layer.update(*states(2, 100, 0))
-    buffers = keys.untyped_storage().data_ptr(), values.untyped_storage().data_ptr()
-    assert layer._key_buffer.shape[-2] == TurnerDynamicLayer.min_capacity
+    buffers = buffer_of(keys), buffer_of(values)
+    assert keys.shape[-2] == 100 and layer._buffers[0].shape[-2] == TurnerDynamicLayer.min_capacity
     for step in range(156):
         keys, values = layer.update(*states(2, 1, step + 1))
-        in_place = (keys.untyped_storage().data_ptr(), values.untyped_storage().data_ptr()) == buffers
-        assert in_place, f"step {step} copied the cache"
+        assert (buffer_of(keys), buffer_of(values)) == buffers, f"step {step} copied the cache"
     keys, _ = layer.update(*states(2, 1, 999))
-    assert keys.untyped_storage().data_ptr() != buffers[0] and layer._key_buffer.shape[-2] == 2 * 257
-    layer.crop(-10)
-    keys, _ = layer.update(*states(2, 3, 1000))
-    assert keys.shape[-2] == 250 and keys.untyped_storage().data_ptr() == layer._key_buffer.untyped_storage().data_ptr()
+    assert buffer_of(keys) != buffers[0] and layer._buffers[0].shape[-2] == 2 * 257
+
+
+SHRINKING = {
+    "crop": lambda layer: layer.crop(-3),
+    "reset": lambda layer: layer.reset(),
+    "select": lambda layer: layer.batch_select_indices(torch.tensor([1, 0])),
+    "reorder": lambda layer: layer.reorder_cache(torch.tensor([1, 0])),
+}
+
+
+@pytest.mark.parametrize("operation", SHRINKING)
+def test_tensors_handed_out_are_never_written_again(operation):
+    """As with `DynamicLayer`, whose update concatenates: keys and values a caller holds keep their values whatever
+    the cache does next (a crop, a reset, batch selection, then new tokens)."""
+    for layer in (TurnerDynamicLayer(), DynamicLayer()):
+        held = [tensor.clone() for tensor in layer.update(*states(2, 6, 0))]
+        handed_out = (layer.keys, layer.values)
+        SHRINKING[operation](layer)
+        layer.update(*states(2, 4, 1))
+        layer.update(*states(2, 1, 2))
+        for tensor, before in zip(handed_out, held, strict=True):
+            assert torch.equal(tensor, before), f"{type(layer).__name__}: {operation} then update wrote over it"
+
+
+def test_a_shallow_copy_of_a_layer_and_its_original_grow_apart():
+    """Two layer objects that view one buffer (`copy.copy`) each keep their own rows: the first to append owns the
+    next rows, the other starts a buffer of its own, as two concatenating layers would."""
+    original = TurnerDynamicLayer()
+    original.update(*states(1, 5, 0))
+    branch = copy.copy(original)
+    branch_keys, _ = branch.update(*states(1, 2, 1))
+    kept = branch_keys.clone()
+    original_keys, _ = original.update(*states(1, 2, 2))
+    assert torch.equal(branch_keys, kept)
+    assert not torch.equal(original_keys[..., 5:, :], branch_keys[..., 5:, :])
+
+
+def test_a_cropped_prefix_branches_without_changing_the_first_branch():
+    """Issue 35 item 1 as a user meets it: keep a branch's cache tensors, crop back to the prefix, run another
+    continuation, then resume the first branch from what was kept: the logits equal a run without the detour."""
+    model = TurnerForCausalLM(text_config()).eval()
+    ids, other = random_ids(1, 10, seed=5), random_ids(1, 4, seed=6)
+    with torch.no_grad():
+        cache = output_cache(model(ids[:, :8], use_cache=True))
+        kept = copy.copy(cache)  # a second cache over the same tensors, not copies of them
+        kept.layers = [copy.copy(layer) for layer in cache.layers]
+        cache.crop(-3)  # back to the first 5 tokens
+        model(other, cache=cache, use_cache=True)
+        resumed = model(ids[:, 8:], cache=kept, use_cache=True).logits
+        expected = model(ids).logits[:, 8:]
+    torch.testing.assert_close(resumed, expected, atol=1e-5, rtol=1e-5)
 
 
 def generate(model: TurnerForCausalLM, ids: torch.Tensor, cache: DynamicCache | None, **kwargs):

@@ -19,14 +19,18 @@ class TurnerDynamicLayer(DynamicLayer):
 
     `DynamicLayer` concatenates, copying the whole cache for every new token (O(N^2) copying over a generation, a
     fresh allocation each step). Here keys and values are views of the first N rows of a buffer that doubles when
-    full, so a token costs one write and total copying stays under twice the final length. Whatever else replaces
-    `keys` (crop, beam reordering, batch selection, offloading) is respected: a prefix of the buffer keeps it, anything
-    else starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
+    full, so a token costs one write and total copying stays under twice the final length.
+
+    As safe as `DynamicLayer`, whose tensors are never written after they are returned: a row of the buffer is written
+    once, only if no tensor handed out so far covers it. The buffer remembers how many rows it has exposed (shared
+    with a shallow copy of the layer, which views the same buffer); after a crop, a reset or a copy that shrinks the
+    cache below that mark, the next update starts a new buffer instead of writing over rows a caller may still hold.
+    Whatever else replaces `keys` (beam reordering, batch selection, offloading) is not a prefix of the buffer and
+    also starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
     """
 
     min_capacity = 256
-    _key_buffer: torch.Tensor | None = None  # set by the first update
-    _value_buffer: torch.Tensor | None = None
+    _buffers: list | None = None  # [keys, values, rows exposed], set by the first update; shared by shallow copies
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
@@ -38,32 +42,45 @@ class TurnerDynamicLayer(DynamicLayer):
         length = self.get_seq_length()
         if not self._buffers_hold(length, key_states, value_states):
             self._new_buffers(length, key_states, value_states)
+        key_buffer, value_buffer, _ = self._buffers
         end = length + key_states.shape[-2]
-        self._key_buffer[..., length:end, :] = key_states
-        self._value_buffer[..., length:end, :] = value_states
-        self.keys, self.values = self._key_buffer[..., :end, :], self._value_buffer[..., :end, :]
+        key_buffer[..., length:end, :] = key_states
+        value_buffer[..., length:end, :] = value_states
+        self._buffers[2] = end
+        self.keys, self.values = key_buffer[..., :end, :], value_buffer[..., :end, :]
         return self.keys, self.values
 
+    def reset(self) -> None:
+        """As `DynamicLayer.reset`; the buffer is let go, since tensors read before the reset may view it."""
+        self._buffers = None
+        super().reset()
+
     def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
-        """The buffers hold the cache as their first `length` rows, with room for the new states."""
-        buffers = self._key_buffer, self._value_buffer
-        if buffers[0] is None or length + key_states.shape[-2] > buffers[0].shape[-2]:
+        """The buffers hold the cache as their first `length` rows, no row past them was ever handed out, and the new
+        states fit beside them."""
+        if self._buffers is None:
             return False
-        if buffers[0].is_inference() and not torch.is_inference_mode_enabled():
+        key_buffer, value_buffer, exposed = self._buffers
+        if length != exposed or length + key_states.shape[-2] > key_buffer.shape[-2]:
+            return False
+        if key_buffer.is_inference() and not torch.is_inference_mode_enabled():
             return False  # an inference tensor cannot be written outside inference mode
         return all(
             _is_prefix(cached, buffer, new)
-            for cached, buffer, new in zip((self.keys, self.values), buffers, (key_states, value_states), strict=True)
+            for cached, buffer, new in zip(
+                (self.keys, self.values), (key_buffer, value_buffer), (key_states, value_states), strict=True
+            )
         )
 
     def _new_buffers(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         capacity = max(2 * (length + key_states.shape[-2]), self.min_capacity)
-        self._key_buffer, self._value_buffer = (
+        key_buffer, value_buffer = (
             new.new_empty((*new.shape[:-2], capacity, new.shape[-1])) for new in (key_states, value_states)
         )
         if length:
-            self._key_buffer[..., :length, :] = self.keys
-            self._value_buffer[..., :length, :] = self.values
+            key_buffer[..., :length, :] = self.keys
+            value_buffer[..., :length, :] = self.values
+        self._buffers = [key_buffer, value_buffer, length]
 
 
 def _is_prefix(cached: torch.Tensor, buffer: torch.Tensor, new: torch.Tensor) -> bool:
