@@ -7,10 +7,11 @@ computational bottleneck". The eager path materialises the scores, the softmax a
 Method. The model is a 1-block causal Turner LM backbone (`TurnerModel`, D=128, H=2 by default, batch 1, fixed
 sinusoidal positions so that no parameter's size depends on the longest N). Each call
 runs under `torch.profiler.profile(profile_memory=True)`, which makes the CPU allocator report every allocation and
-free with the running total of bytes allocated since profiling started (`total_allocated` of the profiler's
-allocation events). The peak of that running total is the most memory the call held at once on top of what was live
-before it (weights and inputs excluded): exact for CPU tensors, independent of the OS allocator and of other
-processes. `inference` mode is a forward under `torch.inference_mode()`; `training` mode is forward + backward.
+free with the running total of bytes allocated since profiling started (`Total Allocated` of the `[memory]` events
+in the trace `export_chrome_trace` writes, torch's public record of them). The peak of that running total is the
+most memory the call held at once on top of what was live before it (weights and inputs excluded): exact for CPU
+tensors, independent of the OS allocator and of other processes. `inference` mode is a forward under
+`torch.inference_mode()`; `training` mode is forward + backward.
 
 Reported per N: the peak of each path, eager / sdpa, and the growth factor when N doubles (2 = linear, 4 = quadratic),
 with the size of one (B, H, N, N) float32 array for reference.
@@ -19,12 +20,14 @@ with the size of one (B, H, N, N) float32 array for reference.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.benchutils import (
@@ -39,6 +42,7 @@ from benchmarks.benchutils import (
 from turner_tfm import TurnerConfig, TurnerModel
 
 MIB = 2**20
+CPU = 0  # the `Device Type` of a CPU allocation in the profiler's trace (c10::DeviceType::CPU)
 
 
 def peak_allocated_bytes(fn: Any) -> tuple[int, float]:
@@ -47,14 +51,13 @@ def peak_allocated_bytes(fn: Any) -> tuple[int, float]:
         start = time.perf_counter()
         fn()
         seconds = time.perf_counter() - start
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    peak = 0
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            peak = max(peak, node.extra_fields.total_allocated)
-    return peak, seconds
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    memory = [e["args"] for e in events if e.get("name") == "[memory]"]
+    totals = [args["Total Allocated"] for args in memory if args["Device Type"] == CPU]
+    return max(totals, default=0), seconds
 
 
 def build(args: argparse.Namespace, impl: str, max_len: int) -> TurnerModel:
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\nLoad average {fmt_load(finish_run(env))}; peak bytes do not depend on it.")
     payload = {"benchmark": "attention_memory", "environment": env, "args": vars(args) | {"json": str(args.json)}}
     payload |= {
-        "method": "peak of torch.profiler(profile_memory=True) total_allocated during the call",
+        "method": "peak of torch.profiler(profile_memory=True) Total Allocated during the call",
         "results": results,
     }
     write_json(args.json, payload)
