@@ -1,0 +1,36 @@
+"""torch names the project uses beyond torch's documented API, checked as the project uses them: when a torch release
+moves or changes one, the failure says what moved and which file of ours to change, instead of a failure deep inside
+a two-process tensor-parallel run or a benchmark."""
+
+import warnings
+
+import torch
+from torch.distributed.tensor import placement_types
+
+from benchmarks.bench_attention_memory import peak_allocated_bytes
+
+MIB = 2**20
+
+
+def test_strided_shard_is_where_parallel_turner_imports_it_and_takes_its_arguments():
+    """`turner_tfm/parallel_turner.py` places the stacked `qkv_proj` as `_StridedShard(dim=0, split_factor=k)`."""
+    where = f"torch {torch.__version__}: turner_tfm/parallel_turner.py imports it for the stacked qkv_proj"
+    assert hasattr(placement_types, "_StridedShard"), (
+        f"torch.distributed.tensor.placement_types._StridedShard is gone ({where}): import its successor there, or "
+        "a public strided placement"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecation of the call parallel_turner.py makes
+        placement = placement_types._StridedShard(dim=0, split_factor=3)
+    assert isinstance(placement, placement_types.Placement), f"_StridedShard is no longer a Placement ({where})"
+    assert (placement.dim, placement.split_factor) == (0, 3), f"_StridedShard's dim or split_factor changed ({where})"
+    assert placement != placement_types.Shard(0), f"_StridedShard(dim=0, split_factor=3) equals Shard(0) ({where})"
+
+
+def test_the_profiler_trace_carries_the_running_total_of_cpu_allocations():
+    """`benchmarks/bench_attention_memory.py` reads peaks from `Total Allocated` of the trace's `[memory]` events."""
+    peak, _ = peak_allocated_bytes(lambda: torch.empty(MIB, dtype=torch.uint8))
+    assert MIB <= peak < 2 * MIB, (
+        f"torch {torch.__version__}: a 1 MiB allocation peaks at {peak} bytes in the profiler's trace: "
+        "benchmarks/bench_attention_memory.py reads `Total Allocated` of its CPU `[memory]` events"
+    )
