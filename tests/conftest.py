@@ -1,12 +1,15 @@
 """Test session setup: offline, deterministic; nothing here reaches the network.
 
-A deprecation that transformers reports about a call of ours fails the test that made it: as a warning, by the
-`filterwarnings` rules in pyproject.toml (scoped to warnings attributed to our modules); as a log record (transformers
-logs some deprecations, e.g. of the cache's old name, with `logger.warning_once`), by `_no_deprecated_calls` below.
+A deprecation that transformers or torch reports about a call of ours fails the test that made it: as a warning, by the
+`filterwarnings` rules in pyproject.toml (scoped to warnings attributed to our modules; torch announces some
+deprecations as a plain `UserWarning`, caught by its words); as a log record (transformers logs some deprecations, e.g.
+of the cache's old name, with `logger.warning_once`, and torch some with `log.warning`), by `_no_deprecated_calls`
+below. `tests/test_torch_deprecations.py` runs both through pytest.
 """
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,9 +27,13 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 # Our code: the package (installed or from a saved folder's remote code), and the repository's converter and examples.
 OUR_MODULES = ("turner_tfm", "transformers_modules")
 OUR_FOLDERS = tuple(str(REPOSITORY / folder) for folder in ("turner_tfm", "convert", "examples"))
-# Frames between a log record and the call that caused it: logging's own, and transformers' (at most
-# `DEPTH_OF_A_CALL` of those: a deprecation logged deeper is transformers' own call, e.g. assisted decoding calling
-# the assistant's generate() with arguments it deprecates).
+# The libraries whose logged deprecations of our calls fail the tests, by their loggers' and modules' top name.
+LIBRARIES = ("transformers", "torch")
+# What a deprecation says: the words of pyproject's `UserWarning` rule.
+DEPRECATION = re.compile(r"deprecat|will be removed|future release|upcoming release", re.IGNORECASE)
+# Frames between a log record and the call that caused it: logging's own, and the logging library's (at most
+# `DEPTH_OF_A_CALL` of those: a deprecation logged deeper is the library's own call, e.g. transformers' assisted
+# decoding calling the assistant's generate() with arguments it deprecates).
 MACHINERY = ("logging", "functools")
 DEPTH_OF_A_CALL = 3
 
@@ -40,15 +47,29 @@ def _module_root(frame) -> str:
     return frame.f_globals.get("__name__", "").split(".")[0]
 
 
-def _caller_of_transformers(frame):
-    """The frame that called into transformers to cause a log record, or None if transformers called itself."""
+def _caller_of_library(frame):
+    """The frame that called into the library (transformers or torch) that logs a record, or None if it called
+    itself."""
     while frame is not None and _module_root(frame) in MACHINERY:
         frame = frame.f_back
+    library = None if frame is None else _module_root(frame)
     for _ in range(DEPTH_OF_A_CALL + 1):
-        if frame is None or _module_root(frame) != "transformers":
+        if frame is None or library not in LIBRARIES or _module_root(frame) != library:
             return frame
         frame = frame.f_back
     return None
+
+
+def _library_loggers() -> list[logging.Logger]:
+    """The loggers whose records reach no other of them: each library's top one, and each of torch's that stops its
+    records at itself (torch's logging setup does so for the ones it registers, such as torch._dynamo's)."""
+    loggers = logging.root.manager.loggerDict.values()
+    ours = [logger for logger in loggers if isinstance(logger, logging.Logger) and _name_root(logger) in LIBRARIES]
+    return [logger for logger in ours if logger.name in LIBRARIES or not logger.propagate]
+
+
+def _name_root(logger: logging.Logger) -> str:
+    return logger.name.split(".")[0]
 
 
 class _DeprecatedCallRecorder(logging.Handler):
@@ -58,23 +79,24 @@ class _DeprecatedCallRecorder(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "deprecat" not in message.lower():
+        if not DEPRECATION.search(message):
             return
-        caller = _caller_of_transformers(sys._getframe(1))
+        caller = _caller_of_library(sys._getframe(1))
         if caller is not None and _is_ours(caller):
             self.calls.append(f"{caller.f_code.co_filename}:{caller.f_lineno}: {message}")
 
 
 @pytest.fixture(autouse=True)
 def _no_deprecated_calls():
-    recorder = _DeprecatedCallRecorder()
-    transformers_logger = logging.getLogger("transformers")
-    transformers_logger.addHandler(recorder)
+    recorder, loggers = _DeprecatedCallRecorder(), _library_loggers()
+    for logger in loggers:
+        logger.addHandler(recorder)
     try:
         yield
     finally:
-        transformers_logger.removeHandler(recorder)
-    assert not recorder.calls, "transformers reports a deprecated call of ours:\n" + "\n".join(recorder.calls)
+        for logger in loggers:
+            logger.removeHandler(recorder)
+    assert not recorder.calls, "transformers or torch reports a deprecated call of ours:\n" + "\n".join(recorder.calls)
 
 
 @pytest.fixture(autouse=True)
