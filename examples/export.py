@@ -6,8 +6,8 @@ then reloads the exported folder and checks it against the eager model: the logi
 model, the greedy tokens decoded through the exported programs against `generate()`'s. It prints what it wrote and
 what it checked, and exits with status 1 if the check fails.
 
-    python examples/export.py --model-name-or-path ./turner-quickstart --format onnx
-    python examples/export.py --model-name-or-path ./turner-text-classifier --format torch --output-dir exported
+    python -m examples.export --model-name-or-path ./turner-quickstart --format onnx
+    python -m examples.export --model-name-or-path ./turner-text-classifier --format torch --output-dir exported
 
 The exported folder runs without turner_tfm: `ExportedModel.from_pretrained(folder, trust_remote_code=True)` (the
 config's code is saved beside the programs), and `generate_exported` below needs only torch and transformers.
@@ -27,10 +27,10 @@ TOLERANCE = 1e-4
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from helpers.flags import new_parser, positive_int  # here, not above: tests import the functions below alone
+    from examples.helpers.argtypes import positive_int, saved_model  # here: tests import the functions below alone
 
-    parser = new_parser(__doc__)
-    parser.add_argument("--model-name-or-path", required=True, help="a saved Turner model folder")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-name-or-path", type=saved_model, required=True, help="a saved Turner model folder")
     parser.add_argument("--format", choices=list(FORMATS), default="onnx", help="what to export to")
     parser.add_argument("--output-dir", default=None, help="where to write the export (default: <model>-<format>)")
     parser.add_argument("--prompt", default="Return the", help="sample text for tracing and the check")
@@ -45,11 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from helpers.flags import check_model_path
-
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_model_path(parser, "model_name_or_path", args.model_name_or_path)
     output_dir = Path(args.output_dir or f"{Path(args.model_name_or_path).resolve().name}-{args.format}")
     try:
         return run(args, output_dir)

@@ -2,110 +2,92 @@
 
 By default the quickstart model (trained on the standard library's docstrings) learns the standard library's code.
 Only the low-rank adapters train, through the `Trainer`; held-out loss is measured before and after. The adapter is
-saved to --output-dir/adapter, then `merge_and_unload()` folds it into the weights, the script checks that the
+saved to output_dir/adapter, then `merge_and_unload()` folds it into the weights, the script checks that the
 merged model gives the same logits as the adapter model, and saves the merged model (plain Turner weights, code,
-tokenizer, card) to --output-dir.
+tokenizer, card) to output_dir.
 
-    python examples/quickstart.py && python examples/finetune_lora.py
-    python examples/finetune_lora.py --model-name-or-path ./my-lm --train-file notes.txt --lora-r 16
+    python -m examples.quickstart && python -m examples.finetune_lora
+    python -m examples.finetune_lora --model_name_or_path ./my-lm --train_file notes.txt --lora_r 16
 
-Every `TrainingArguments` field is a flag (`--help` lists them all); a JSON or YAML file of them works too.
+Every field of `TrainingArguments` and of the dataclasses below is a flag (`--help`); a JSON or YAML file of them
+works too. Run from the repository root.
 """
 
-import argparse
 import math
-import sys
+from dataclasses import dataclass, field
 
-from helpers import flags
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+    pipeline,
+    set_seed,
+)
+
+from examples.helpers import callbacks, data, distributed, model_card, training
 
 MERGE_TOLERANCE = 1e-4  # largest |logit difference| accepted between the adapter model and the merged one (fp32)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = flags.training_parser(
-        __doc__, output_dir="./turner-lora", max_steps=150, learning_rate=3e-3, per_device_train_batch_size=16
+@dataclass
+class ModelArguments:
+    """The model to adapt, and the adapters (as in peft.LoraConfig)."""
+
+    model_name_or_path: str = field(
+        default="./turner-quickstart", metadata={"help": "the saved Turner causal LM to adapt"}
     )
-    parser.add_argument(
-        *flags.options("model_name_or_path"), default="./turner-quickstart", help="the saved Turner causal LM to adapt"
-    )
-    flags.add_text_data_arguments(parser, default="source code of Python's standard library")
-    group = parser.add_argument_group("LoRA (as in peft.LoraConfig)")
-    group.add_argument(*flags.options("lora_r"), type=flags.positive_int, default=8, help="rank of each adapter")
-    group.add_argument(*flags.options("lora_alpha"), type=flags.positive_int, default=16, help="scale: alpha / r")
-    group.add_argument(*flags.options("lora_dropout"), type=flags.probability, default=0.0)
-    group.add_argument(*flags.options("target_modules"), nargs="+", default=["qkv_proj"], help="module names to adapt")
-    flags.add_sample_arguments(parser, prompt="def ")
-    return parser
+    lora_r: int = field(default=8, metadata={"help": "rank of each adapter"})
+    lora_alpha: int = field(default=16, metadata={"help": "scale: alpha / r"})
+    lora_dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["qkv_proj"], metadata={"help": "module names to adapt"})
 
 
-def main(argv: list[str] | None = None) -> None:
-    flags.run_script(build_parser(), train, argv, model_hint="Run examples/quickstart.py first, or pass one.")
+@dataclass
+class DataTrainingArguments(training.TextDataArguments):
+    prompt: str = field(default="def ", metadata={"help": "start of the sample printed at the end"})
+    max_new_tokens: int = field(default=100, metadata={"help": "length of the sample"})
 
 
-def train(args: argparse.Namespace) -> None:
-    # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        Trainer,
-        TrainingArguments,
-        default_data_collator,
-        pipeline,
-        set_seed,
-    )
-
-    from helpers import callbacks, data, distributed, model_card
-
-    set_seed(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = sorted(set(args.target_modules) - names)
-    if missing:
-        raise flags.UsageError(
-            f"argument --target-modules: {missing} is not valid: the model's linear layers are "
-            "qkv_proj (the stacked query, key and value projections), o_proj, up_proj, down_proj"
-        )
-    if args.block_size > model.config.max_position_embeddings:
-        raise flags.UsageError(
-            f"argument --block-size: {args.block_size} is not valid: {args.model_name_or_path} has "
-            f"{model.config.max_position_embeddings} positions"
-        )
-    flags.check_sample_length(args, tokenizer, model.config)
-    text, dataset_name, dataset_id = data.load_text_corpus(args, default="code")
-    train_text, eval_text = data.split_text(text, args.validation_split_percentage)
+def main() -> None:
+    model_args, data_args, training_args = training.parse_arguments(
+        (ModelArguments, DataTrainingArguments, TrainingArguments),
+        output_dir="turner-lora", max_steps=150, learning_rate=3e-3, per_device_train_batch_size=16,
+    )  # fmt: skip
+    set_seed(training_args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    text, dataset_name, dataset_id = data.load_text(**data_args.text_source(), default="code")
+    train_text, eval_text = data.split_text(text, data_args.validation_split_percentage)
 
     lora = LoraConfig(
-        r=args.lora_r,
-        lora_alpha=args.lora_alpha,
-        lora_dropout=args.lora_dropout,
-        target_modules=args.target_modules,
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=model_args.target_modules,  # PEFT names those the model lacks
         task_type="CAUSAL_LM",
     )
     peft_model = get_peft_model(model, lora)
     peft_model.print_trainable_parameters()
-    distributed.start_process_group(args.ddp_timeout)  # before TrainingArguments: gloo with --ddp-timeout
-    with flags.usage_error("the training flags do not go together"):
-        training_args = TrainingArguments(**flags.training_arguments(args))
     trainer = Trainer(
         model=peft_model,
         args=training_args,
-        train_dataset=data.token_blocks(tokenizer, train_text, args.block_size, "training"),
-        eval_dataset=data.token_blocks(tokenizer, eval_text, args.block_size, "held-out"),
+        train_dataset=data.token_blocks(tokenizer, train_text, data_args.block_size, "training"),
+        eval_dataset=data.token_blocks(tokenizer, eval_text, data_args.block_size, "held-out"),
         data_collator=default_data_collator,
         processing_class=tokenizer,
         callbacks=callbacks.checkpoint_callbacks(),
     )
     before = trainer.evaluate()["eval_loss"]
-    distributed.announce(f"held-out loss of {args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA")
-    if training_args.resume_from_checkpoint is not None:
-        distributed.announce(f"resuming from {training_args.resume_from_checkpoint}")
-    with distributed.ProcessWatch.start():  # a failed collective names the processes that are gone
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    peft_model.save_pretrained(f"{args.output_dir}/adapter")
-    distributed.announce(f"adapter saved to {args.output_dir}/adapter")
+    distributed.announce(
+        f"held-out loss of {model_args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA"
+    )
+    train_result = training.train(trainer)
+    peft_model.save_pretrained(f"{training_args.output_dir}/adapter")
+    distributed.announce(f"adapter saved to {training_args.output_dir}/adapter")
 
     peft_model.eval()
     probe = torch.tensor([trainer.eval_dataset[i]["input_ids"] for i in range(min(4, len(trainer.eval_dataset)))])
@@ -119,31 +101,28 @@ def train(args: argparse.Namespace) -> None:
     distributed.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
 
     trainer.model = trainer.model_wrapped = merged
-    model_card.print_loss_curve(trainer)
     eval_loss = trainer.evaluate()["eval_loss"]
     results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
-    set_seed(args.seed)
+    set_seed(training_args.seed)
     generator = pipeline("text-generation", model=merged, tokenizer=tokenizer)
-    sample = generator(args.prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
-    if trainer.is_world_process_zero():
-        print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
-        print(f"\nsample from pipeline('text-generation'):\n{sample}\n")
+    prompt, max_new_tokens = data_args.prompt, data_args.max_new_tokens
+    sample = generator(prompt, max_new_tokens=max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
+    distributed.announce(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
+    distributed.announce(f"\nsample from pipeline('text-generation'):\n{sample}\n")
 
+    lora_note = f"r={lora.r}, alpha={lora.lora_alpha} on {', '.join(sorted(lora.target_modules))}, then merged"
     model_card.save_with_card(
         trainer,
         task="text-generation",
         results=results,
         train_runtime=train_result.metrics["train_runtime"],
-        example_input=args.prompt,
+        example_input=prompt,
         dataset_name=dataset_name,
         dataset_id=dataset_id,
-        base_model=args.model_name_or_path,
-        notes={
-            "LoRA": f"r={args.lora_r}, alpha={args.lora_alpha} on {', '.join(args.target_modules)}, then merged",
-            "held-out loss before LoRA": f"{before:.4f}",
-        },
+        base_model=model_args.model_name_or_path,
+        notes={"LoRA": lora_note, "held-out loss before LoRA": f"{before:.4f}"},
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    training.run(main)

@@ -4,20 +4,22 @@ Each process of a tensor-parallel run holds a slice of every weight matrix (whol
 part of the vocabulary) and the processes exchange partial results at every layer; the tokens are the same as in
 one process.
 
-    python examples/generate.py ./turner-quickstart --prompt "Return the"
-    torchrun --nproc_per_node 2 examples/generate.py ./turner-quickstart --prompt "Return the" --tp-size 2
+    python -m examples.generate ./turner-quickstart --prompt "Return the"
+    torchrun --nproc_per_node 2 -m examples.generate ./turner-quickstart --prompt "Return the" --tp-size 2
 """
 
 import argparse
 import os
 import sys
 
-from helpers.flags import UsageError, new_parser, positive_int, run_script
+from examples.helpers.argtypes import positive_int, saved_model
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__)
-    parser.add_argument("model_name_or_path", help="a saved Turner causal LM folder (with its tokenizer)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "model_name_or_path", type=saved_model, help="a saved Turner causal LM folder (with its tokenizer)"
+    )
     parser.add_argument("--prompt", default="Return the", help="the text to continue")
     parser.add_argument("--max-new-tokens", type=positive_int, default=50, help="tokens to generate (greedy)")
     parser.add_argument(
@@ -30,29 +32,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_script(build_parser(), run, argv, model_hint="Train one with examples/quickstart.py.")
-
-
-def run(args: argparse.Namespace) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args.tp_size != world_size:
-        raise UsageError(
+        parser.error(
             f"argument --tp-size: {args.tp_size} is not valid: it must equal the number of processes, {world_size} "
-            f"(start {args.tp_size} with: torchrun --nproc_per_node {args.tp_size} examples/generate.py ...)"
+            f"(start {args.tp_size} with: torchrun --nproc_per_node {args.tp_size} -m examples.generate ...)"
         )
+    from examples.helpers import training
+
+    try:
+        training.run(lambda: generate(args))  # leaves the process group a tensor-parallel run opened
+    except ValueError as error:  # a config the plan cannot shard is refused by name
+        parser.error(f"argument --tp-size: {args.tp_size} is not valid for this model: {error}")
+
+
+def generate(args: argparse.Namespace) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
 
     import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
-    from helpers import distributed
-    from helpers.flags import check_sample_length
+    from examples.helpers import distributed
 
     sharding = {"distributed_config": DistributedConfig(tp_size=args.tp_size)} if args.tp_size > 1 else {}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **sharding)
-    except ValueError as error:  # a config the plan cannot shard is refused by name
-        raise UsageError(f"argument --tp-size: {args.tp_size} is not valid for this model: {error}") from None
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **sharding)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-    check_sample_length(args, tokenizer, model.config)
     inputs = tokenizer(args.prompt, return_tensors="pt")
     output = model.eval().generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
     distributed.announce(f"{held_parameters(model)}\n{tokenizer.decode(output[0], skip_special_tokens=True)}")

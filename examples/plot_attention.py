@@ -9,9 +9,9 @@ Images: a saved image classifier with its image processor (e.g. the folder examp
 writes), or, without --model, a fresh untrained tiny one; the picture is --image, or one of scikit-learn's digits.
 The class token's row of attention (§4.2) is reshaped to the patch grid, upsampled to the image and overlaid.
 
-    python examples/plot_attention.py text --model ./turner-quickstart --text "Return the sum"
-    python examples/plot_attention.py image --model ./turner-image-classifier --digit 7
-    python examples/plot_attention.py text          # fresh tiny model: maps of an untrained network
+    python -m examples.plot_attention text --model ./turner-quickstart --text "Return the sum"
+    python -m examples.plot_attention image --model ./turner-image-classifier --digit 7
+    python -m examples.plot_attention text          # fresh tiny model: maps of an untrained network
 
 The model is loaded with attn_implementation="eager", the attention implementation that returns the weights.
 """
@@ -19,21 +19,25 @@ The model is loaded with attn_implementation="eager", the attention implementati
 import argparse
 import sys
 
-from helpers.flags import check_model_path, existing_file, new_parser, non_negative_int, probability
+from examples.helpers.argtypes import existing_file, non_negative_int, probability, saved_model
 
 # without --model: a tiny untrained network, with the attention that returns its weights
 FRESH_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "attn_implementation": "eager"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True, metavar="{text,image}")
     text = modes.add_parser("text", help="attention maps of a causal language model over a text")
-    text.add_argument("--model", default=None, help="saved causal LM + tokenizer folder (default: fresh tiny model)")
+    text.add_argument(
+        "--model", type=saved_model, default=None, help="saved causal LM + tokenizer folder (default: fresh tiny model)"
+    )
     text.add_argument("--text", default="Return the sum of a and b.", help="the text to run through the model")
     text.add_argument("--output", default="attention-text.png", help="PNG to write")
     image = modes.add_parser("image", help="class-token attention of an image classifier over an image")
-    image.add_argument("--model", default=None, help="saved image classifier folder (default: fresh tiny model)")
+    image.add_argument(
+        "--model", type=saved_model, default=None, help="saved image classifier folder (default: fresh tiny model)"
+    )
     source = image.add_mutually_exclusive_group()
     source.add_argument("--image", type=existing_file, default=None, help="an image file")
     source.add_argument("--digit", type=non_negative_int, default=0, help="index of a scikit-learn digit (default)")
@@ -48,7 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_model_path(parser, "model", args.model)
     try:
         figure = plot_text(args) if args.mode == "text" else plot_image(args)
     except ValueError as error:  # a layer or head out of range, a text longer than the model's positions, ...
@@ -61,7 +64,7 @@ def plot_text(args: argparse.Namespace) -> object:
     # torch and transformers load once the flags are checked, so --help and a bad flag answer at once
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from helpers import data
+    from examples.helpers import data
     from turner_tfm import TurnerConfig, TurnerForCausalLM
     from turner_tfm.plotting import plot_text_attention
 
@@ -86,7 +89,7 @@ def plot_image(args: argparse.Namespace) -> object:
     from PIL import Image
     from transformers import AutoImageProcessor, AutoModelForImageClassification, ViTImageProcessorPil
 
-    from helpers import data
+    from examples.helpers import data
     from turner_tfm import TurnerConfig, TurnerForImageClassification
     from turner_tfm.plotting import plot_image_attention
 

@@ -5,7 +5,7 @@ tokenizer or preprocessor files, README.md). The card's usage snippet is pointed
 up in one commit, so anyone can load it with `trust_remote_code=True` without installing turner_tfm.
 
     hf auth login   # or export HF_TOKEN=hf_...
-    python examples/push_to_hub.py --model-dir ./turner-quickstart --repo-id your-name/turner-quickstart
+    python -m examples.push_to_hub --model-dir ./turner-quickstart --repo-id your-name/turner-quickstart
 
 The Hub address comes from HF_ENDPOINT (default https://huggingface.co), the token from --token, HF_TOKEN or the
 saved login.
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from helpers.flags import existing_dir, new_parser
+from examples.helpers.argtypes import existing_dir
 
 REQUIRED = {
     "config.json": "the model's config",
@@ -29,7 +29,7 @@ SKIPPED = ("checkpoint-", "runs", ".git")  # Trainer checkpoints and logs stay l
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", type=existing_dir, default="./turner-quickstart", help="the saved model folder")
     parser.add_argument("--repo-id", required=True, help="namespace/name of the model repo; created if missing")
     parser.add_argument("--private", action="store_true", help="create the repo as private")

@@ -1,10 +1,9 @@
-"""Helpers for the workflow tests: run an example script as a user would (a subprocess, CPU, offline) and read what
-it printed, or run a benchmark or experiment as `python -m` runs it from the repository root. The examples' shared
-code is the package `examples.helpers` (pytest puts the repository root on the path, as `python -m` puts the current
-folder)."""
+"""Helpers for the workflow tests: run an example script as a user would (`python -m examples.NAME`, a subprocess, CPU,
+offline) and read what it printed, or run a benchmark or experiment as `python -m` runs it from the repository root.
+The examples' shared code is the package `examples.helpers` everywhere (pytest puts the repository root on the path,
+as `python -m` puts the current folder; a script run elsewhere finds it through PYTHONPATH)."""
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -57,14 +56,21 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
         PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(REPO),  # as if run from the repository root: `python -m examples.NAME` finds `examples`
     )
     env.update(extra)
     return env
 
 
-def accelerate_launch(script: Path, num_processes: int = 2) -> list[str]:
-    """`accelerate launch` of `script` as DDP over `num_processes` CPU processes (gloo on 127.0.0.1, a free port);
-    run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's accelerate config does not apply."""
+def example(script: str) -> list[str]:
+    """`-m examples.NAME` for `script` "NAME.py": what `python` and the launchers (torchrun, accelerate) run."""
+    return ["-m", f"examples.{script.removesuffix('.py')}"]
+
+
+def accelerate_launch(script: str, num_processes: int = 2) -> list[str]:
+    """`accelerate launch` of the example `script` ("NAME.py") as DDP over `num_processes` CPU processes (gloo on
+    127.0.0.1, a free port); run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's accelerate config
+    does not apply."""
     launcher = [
         sys.executable,
         "-m",
@@ -74,7 +80,7 @@ def accelerate_launch(script: Path, num_processes: int = 2) -> list[str]:
         str(num_processes),
     ]
     launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return [*launcher, "--main_process_port", str(free_port()), str(script)]
+    return [*launcher, "--main_process_port", str(free_port()), *example(script)]
 
 
 def run_example(
@@ -85,9 +91,10 @@ def run_example(
     expect_failure: bool = False,
     timeout: float = 300,
 ) -> str:
-    """Run `examples/<script>` (or a launcher command ending in it) in `tmp_path`; return stdout and stderr together.
+    """Run the example `script` ("NAME.py": `python -m examples.NAME`), or a launcher command ending in it, in
+    `tmp_path`; return stdout and stderr together.
     Fails the test, showing the output's tail, when the exit status is not what was expected."""
-    command = script if isinstance(script, list) else [sys.executable, str(EXAMPLES / script)]
+    command = script if isinstance(script, list) else [sys.executable, *example(script)]
     result = subprocess.run(
         [*command, *args],
         cwd=tmp_path,
@@ -113,23 +120,6 @@ def printed_number(output: str, label: str) -> float:
     match = re.search(re.escape(label) + r"\s*" + _NUMBER, output)
     assert match, f"{label!r} not in the output:\n{output[-2000:]}"
     return float(match.group(1))
-
-
-@functools.cache
-def script_flags(script: str) -> dict[str, list[dict]]:
-    """The flags of `examples/<script>.py` as Python run in the examples folder sees them (the script finds `helpers`
-    beside it): {group title's first word: [{"dest", "options", "choices", "nargs", "const", "default"}, ...]}."""
-    code = (
-        f"import json, {script}\n"
-        f"parser = {script}.build_parser()\n"
-        "keys = {'dest': 'dest', 'options': 'option_strings', 'choices': 'choices', 'nargs': 'nargs', 'const': 'const',"
-        " 'default': 'default'}\n"
-        "print(json.dumps({g.title.split()[0]: [{k: getattr(a, v) for k, v in keys.items()} for a in g._group_actions]"
-        " for g in parser._action_groups}, default=str))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], cwd=EXAMPLES, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
 
 
 # A tiny language-model run, 24 steps, saving every 8 (train_causal_lm.py), for the interrupted and multi-node runs

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from examples.helpers.flags import new_parser, non_negative_int, positive_float, positive_int
+from examples.helpers.argtypes import non_negative_int, positive_float, positive_int
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +57,7 @@ def experiment_parser(
 ) -> argparse.ArgumentParser:
     """The flags every experiment takes; `doc` is the script's docstring (its first paragraph is the description),
     `model` the default (D, M, H) for the model flags, `block_size` the language model's window (None: no LM)."""
-    parser = new_parser(doc.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.set_defaults(default_steps=steps, full_steps=full_steps)
     group = parser.add_argument_group("runs")
     group.add_argument(

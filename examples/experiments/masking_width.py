@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from examples.experiments import _shared
-from examples.helpers.flags import positive_int
+from examples.helpers.argtypes import positive_int
 
 NAME = "masking_width"
 MASKS = {"bidirectional": False, "causal": True}

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from examples.experiments import _shared
-from examples.helpers.flags import positive_float
+from examples.helpers.argtypes import positive_float
 
 NAME = "norm_stability"
 NORMS = ("layernorm", "rmsnorm", "batchnorm")

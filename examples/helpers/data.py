@@ -14,8 +14,6 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .flags import UsageError
-
 # Pure-Python standard-library modules whose docstrings and code make the default corpora: present in every
 # CPython install (3.10+), readable English and Python, about half a megabyte of docstrings.
 STDLIB_MODULES = (
@@ -157,44 +155,41 @@ def token_blocks(tokenizer: PreTrainedTokenizerFast, text: str, block_size: int,
     ]
     count = len(ids) // block_size
     if count == 0:
-        raise UsageError(
-            f"argument --block-size: {block_size} is not valid: the {what} text has only {len(ids)} tokens; "
-            "use a smaller --block-size or more text"
-        )
+        raise ValueError(f"the {what} text has {len(ids)} tokens, fewer than one block of {block_size}")
     blocks = [ids[i * block_size : (i + 1) * block_size] for i in range(count)]
     return Dataset.from_dict({"input_ids": blocks, "labels": blocks})
 
 
-def load_text_corpus(args: object, default: str = "docstrings") -> tuple[str, str, str]:
-    """The text named by `flags.add_text_data_arguments`: (text, readable name, dataset id for the card).
-
-    `default` picks the built-in corpus: "docstrings" (`stdlib_docstrings`) or "code" (`stdlib_code`).
-    """
-    if args.train_file is not None:
+def load_text(
+    train_file: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    dataset_split: str = "train",
+    text_column: str = "text",
+    default: str = "docstrings",
+) -> tuple[str, str, str]:
+    """(text, readable name, dataset id for the card) of a UTF-8 file, the `text_column` of a `datasets` dataset, or
+    else a built-in corpus: `default` "docstrings" (`stdlib_docstrings`) or "code" (`stdlib_code`)."""
+    if train_file is not None:
         try:
-            text = args.train_file.read_text(encoding="utf-8")
+            text = Path(train_file).read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            raise UsageError(
-                f"argument --train-file: {str(args.train_file)!r} is not valid: not UTF-8 text ({error})"
-            ) from None
-        name = args.train_file.stem
-    elif args.dataset_name is not None:
+            raise ValueError(f"{train_file!r} is not UTF-8 text ({error})") from None
+        name = Path(train_file).stem
+    elif dataset_name is not None:
         from datasets import load_dataset
 
-        dataset = load_dataset(args.dataset_name, args.dataset_config_name, split=args.dataset_split)
-        if args.text_column not in dataset.column_names:
-            raise UsageError(
-                f"argument --text-column: {args.text_column!r} is not valid: the dataset's columns are "
-                f"{dataset.column_names}"
-            )
-        text = "\n\n".join(str(row) for row in dataset[args.text_column])
-        name = args.dataset_name.rstrip("/").split("/")[-1] if Path(args.dataset_name).exists() else args.dataset_name
+        dataset = load_dataset(dataset_name, dataset_config_name, split=dataset_split)
+        if text_column not in dataset.column_names:
+            raise ValueError(f"the dataset has no column {text_column!r}: its columns are {dataset.column_names}")
+        text = "\n\n".join(str(row) for row in dataset[text_column])
+        name = dataset_name.rstrip("/").split("/")[-1] if Path(dataset_name).exists() else dataset_name
     elif default == "code":
         return stdlib_code(), STDLIB_CODE_NAME, STDLIB_CODE_ID
     else:
         return stdlib_docstrings(), STDLIB_DOCS_NAME, STDLIB_DOCS_ID
     if not text.strip():
-        raise UsageError("the training text is empty: pass a --train-file or --dataset-name with text in it")
+        raise ValueError(f"the training text of {name!r} is empty")
     return text, name, name
 
 

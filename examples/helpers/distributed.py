@@ -5,7 +5,7 @@
   a restart (pytorch/pytorch#167288);
 - `ProcessWatch`: a failed collective says only that it failed; this names the processes that are gone;
 - `leave_process_group`: a process that exits while gloo's threads run aborts the whole `accelerate launch`;
-- `shard`: `--fsdp_size N` through transformers' own plan (`DistributedConfig(fsdp_size=N)`);
+- `shard`: `fsdp_size` N through transformers' own plan (`DistributedConfig(fsdp_size=N)`);
 - `pipeline_of`: transformers' pipelines check a model's class by its name, which FSDP2 changes.
 """
 
@@ -15,13 +15,12 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
 import torch
-from transformers import DistributedConfig, Pipeline, PreTrainedModel, pipeline
+from transformers import DistributedConfig, Pipeline, PreTrainedModel, TrainingArguments, pipeline
 
 
 def is_main_process() -> bool:
@@ -180,16 +179,27 @@ def leave_process_group(wait_for_the_others: bool) -> None:
         torch.distributed.destroy_process_group()
 
 
-def shard(model: PreTrainedModel, fsdp_size: int, ddp_timeout: int) -> PreTrainedModel:
-    """With `--fsdp-size N`, the model loaded again sharded by transformers' FSDP2 plan (`DistributedConfig(
-    fsdp_size=N)`): each process holds 1/N of every weight, and the `Trainer` trains it as it is. Every process saves
-    its own copy first (the same seed made the same weights), so nothing is shared through the file system."""
+def shard(model: PreTrainedModel, fsdp_size: int, training_args: TrainingArguments) -> PreTrainedModel:
+    """With `fsdp_size` N > 1, the model loaded again from its own weights sharded by transformers' FSDP2 plan
+    (`DistributedConfig(fsdp_size=N)`): each of the N processes holds 1/N of every weight, and the `Trainer` trains it
+    as it is. The same seed made the same weights in every process, so nothing is shared through the file system."""
     if fsdp_size == 1:
         return model
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)  # before the process group: with one, only the first process would write
-        start_process_group(ddp_timeout)
-        return type(model).from_pretrained(folder, distributed_config=DistributedConfig(fsdp_size=fsdp_size))
+    if fsdp_size != training_args.world_size:
+        raise ValueError(
+            f"fsdp_size={fsdp_size} is not valid: it must equal the number of processes, {training_args.world_size} "
+            f"(start {fsdp_size} with torchrun --nproc_per_node {fsdp_size})"
+        )
+    if training_args.save_strategy != "no":
+        raise ValueError(
+            f"fsdp_size={fsdp_size} is not valid with save_strategy={training_args.save_strategy.value!r}: "
+            "transformers cannot save the optimiser of a model sharded at load time, so no checkpoint could be "
+            "resumed from (the trained model is saved at the end all the same)"
+        )
+    distributed_config = DistributedConfig(fsdp_size=fsdp_size)
+    return type(model).from_pretrained(
+        None, config=model.config, state_dict=model.state_dict(), distributed_config=distributed_config
+    )
 
 
 class _ShardedClassNameFilter(logging.Filter):

@@ -18,8 +18,6 @@ from transformers import (
     default_data_collator,
 )
 
-from .flags import UsageError
-
 LABEL_KEYS = ("label", "labels")
 
 
@@ -31,7 +29,7 @@ def paragraph_sequences(tokenizer: PreTrainedTokenizerFast, text: str, block_siz
     pieces = [e.ids[i : i + block_size] for e in encoded for i in range(0, len(e.ids), block_size)]
     pieces = [piece for piece in pieces if len(piece) > 1]
     if not pieces:
-        raise UsageError(f"the {what} text has no paragraph of 2 tokens or more to train on")
+        raise ValueError(f"the {what} text has no paragraph of 2 tokens or more to train on")
     return Dataset.from_dict({"input_ids": pieces})
 
 
