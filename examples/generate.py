@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     from examples.helpers import training
 
     try:
-        training.run(lambda: generate(args))  # leaves the process group a tensor-parallel run opened
+        training.run(lambda: generate(parser, args))  # leaves the process group a tensor-parallel run opened
     except ValueError as error:  # a config the plan cannot shard is refused by name
         parser.error(f"argument --tp-size: {args.tp_size} is not valid for this model: {error}")
 
 
-def generate(args: argparse.Namespace) -> None:
+def generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
 
     import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
@@ -58,6 +58,13 @@ def generate(args: argparse.Namespace) -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **sharding)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
     inputs = tokenizer(args.prompt, return_tensors="pt")
+    room = model.config.max_position_embeddings - inputs["input_ids"].shape[1]
+    if model.config.position_embedding_type == "learned" and args.max_new_tokens > room:
+        parser.error(
+            f"argument --max-new-tokens: {args.max_new_tokens} is not valid: the model has "
+            f"{model.config.max_position_embeddings} positions and the prompt takes {inputs['input_ids'].shape[1]}; "
+            f"use at most {room}"
+        )
     output = model.eval().generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
     distributed.announce(f"{held_parameters(model)}\n{tokenizer.decode(output[0], skip_special_tokens=True)}")
 

@@ -12,7 +12,7 @@ from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .test_parallel import TORCHRUN
 from .tiny import random_ids, text_config
-from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, script_env, training_losses
+from .workflow_utils import TINY_MODEL, example, printed_number, run_example, script_env, training_losses
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(p
 
 def test_the_text_classifier_trains_padding_free_and_fully_sharded(tmp_path):
     output = run_example(
-        [*TORCHRUN, str(EXAMPLES / "train_text_classifier.py")],
+        [*TORCHRUN, *example("train_text_classifier.py")],
         *("--padding-free", "--fsdp-size", "2", "--examples-per-class", "40", "--num-train-epochs", "1"),
         *("--output-dir", "cp", "--per-device-train-batch-size", "8", "--max-length", "48", *TINY_MODEL),
         tmp_path=tmp_path,

@@ -26,7 +26,7 @@ from turner_tfm import (
 from .parallel_worker import CASES
 from .test_workflows_classifiers import write_digit_folder
 from .tiny import image_config, text_config
-from .workflow_utils import EXAMPLES, TINY_MODEL, free_port, run_example, script_env
+from .workflow_utils import TINY_MODEL, example, free_port, run_example, script_env
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD_SIZE = 2
@@ -193,7 +193,7 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
     model in one process and tensor parallel over two: the same text."""
     env = script_env(tmp_path, HF_HUB_DISABLE_PROGRESS_BARS="1")
     trained = run_example(
-        [*TORCHRUN, str(EXAMPLES / "train_causal_lm.py")],
+        [*TORCHRUN, *example("train_causal_lm.py")],
         *("--fsdp-size", "2", "--output-dir", "lm", "--max-steps", "2", "--block-size", "32"),
         *("--max-new-tokens", "5", *TINY_MODEL),
         tmp_path=tmp_path,
@@ -206,7 +206,7 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
 
     flags = ["lm", "--prompt", "Return the", "--max-new-tokens", "16"]
     alone = run_example("generate.py", *flags, tmp_path=tmp_path, env=env)
-    generate = [*TORCHRUN, str(EXAMPLES / "generate.py")]
+    generate = [*TORCHRUN, *example("generate.py")]
     sharded = run_example(generate, *flags, "--tp-size", "2", tmp_path=tmp_path, env=env)
     text = alone.split("parameters in one process\n", 1)[1].splitlines()[0]  # the prompt and what follows
     assert text.startswith("Return the") and len(text) > len("Return the")
@@ -218,13 +218,13 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
     too_long = run_example("generate.py", "lm", "--max-new-tokens", "30", tmp_path=tmp_path, expect_failure=True)
     assert "argument --max-new-tokens: 30 is not valid: the model has 32 positions" in too_long
     not_launched = run_example("train_causal_lm.py", "--fsdp-size", "2", tmp_path=tmp_path, expect_failure=True)
-    assert "argument --fsdp-size: 2 is not valid: it must equal the number of processes, 1" in not_launched
+    assert "fsdp_size=2 is not valid: it must equal the number of processes, 1" in not_launched
 
 
 def test_a_classifier_script_trains_fully_sharded_and_loads_in_one_process(tmp_path: Path) -> None:
     write_digit_folder(tmp_path / "digits", classes=(0, 1, 7), per_class=12)
     output = run_example(
-        [*TORCHRUN, str(EXAMPLES / "train_image_classifier.py")],
+        [*TORCHRUN, *example("train_image_classifier.py")],
         *("--fsdp-size", "2", "--train-dir", "digits", "--image-size", "8", "--patch-size", "4"),
         *("--output-dir", "img", "--num-train-epochs", "2", "--per-device-train-batch-size", "8", *TINY_MODEL),
         tmp_path=tmp_path,

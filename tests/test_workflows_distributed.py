@@ -10,13 +10,13 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .fsdp_worker import global_batch, tiny_model, train
-from .workflow_utils import EXAMPLES, TINY_MODEL, accelerate_launch, run_example, script_env
+from .workflow_utils import TINY_MODEL, accelerate_launch, run_example, script_env
 
 
 def test_accelerate_launch_trains_on_two_processes_and_the_result_loads(tmp_path: Path) -> None:
     (tmp_path / "text.txt").write_text("Simple is better than complex. Complex is better than complicated.\n" * 40)
     output = run_example(
-        accelerate_launch(EXAMPLES / "train_causal_lm.py"),
+        accelerate_launch("train_causal_lm.py"),
         *("--train-file", "text.txt", "--output-dir", "ddp", "--max-steps", "6", "--logging-steps", "2"),
         *("--block-size", "32", "--max-new-tokens", "10", "--per-device-train-batch-size", "4", *TINY_MODEL),
         tmp_path=tmp_path,

@@ -15,19 +15,22 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from huggingface_hub import ModelCard
+from transformers import TrainingArguments
+from transformers.trainer_utils import IntervalStrategy
 
-from examples.helpers import flags
+from examples.helpers import distributed, training
 
 from .workflow_utils import (
-    EXAMPLES,
     LM_RUN,
     assert_same_run,
     assert_same_weights,
     complete_checkpoints,
+    example,
     free_port,
     kill_run,
     logs,
@@ -38,7 +41,7 @@ from .workflow_utils import (
     write_text,
 )
 
-SCRIPT = str(EXAMPLES / "train_causal_lm.py")
+SCRIPT = example("train_causal_lm.py")  # -m examples.train_causal_lm
 AUTO = ("--resume-from-checkpoint", "auto")
 
 
@@ -47,7 +50,7 @@ def two_torchrun_nodes(tmp_path: Path, *args: str, port: int | None = None, stat
     127.0.0.1, or (`static`) at node 0's, which then serves the store."""
     port = port or free_port()
     commands = [torchrun(nodes=2, processes=1, port=port, node_rank=rank if static else None) for rank in range(2)]
-    return [start([*command, SCRIPT, *args], tmp_path) for command in commands]
+    return [start([*command, *SCRIPT, *args], tmp_path) for command in commands]
 
 
 def two_accelerate_machines(tmp_path: Path, *args: str) -> list:
@@ -61,7 +64,7 @@ def two_accelerate_machines(tmp_path: Path, *args: str) -> list:
         "same_network: true\nmixed_precision: 'no'\ngpu_ids: all\nuse_cpu: false\n"
     )
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
-    return [start([*launch, "--machine_rank", str(rank), SCRIPT, *args], tmp_path) for rank in range(2)]
+    return [start([*launch, "--machine_rank", str(rank), *SCRIPT, *args], tmp_path) for rank in range(2)]
 
 
 @pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
@@ -70,7 +73,7 @@ def test_two_nodes_train_to_the_weights_of_one_launcher(parallel: str, tmp_path:
     run = (*LM_RUN, "--max-steps", "6")
     if parallel == "fsdp":  # without checkpoints: transformers 5.23 cannot resume a model sharded at load time
         run = (*run[: run.index("--save-steps")], *run[run.index("--save-steps") + 2 :], "--fsdp-size", "2")
-    one = start([*torchrun(port=free_port()), SCRIPT, *run, "--output-dir", "one"], tmp_path)
+    one = start([*torchrun(port=free_port()), *SCRIPT, *run, "--output-dir", "one"], tmp_path)
     nodes = two_torchrun_nodes(tmp_path, *run, "--output-dir", "nodes")
     machines = two_accelerate_machines(tmp_path, *run, "--output-dir", "machines")
     outputs = wait_all(one, *nodes, *machines, timeout=600)
@@ -86,9 +89,8 @@ def test_two_nodes_train_to_the_weights_of_one_launcher(parallel: str, tmp_path:
 
 def resume_value(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[str | None, str]:
     """What `--resume-from-checkpoint` becomes once a training script's flags are checked, and what it printed."""
-    parser = flags.training_parser("", output_dir="./turner-causal-lm")
-    flags.add_fsdp_size(parser)
-    return flags.parse(parser, argv).resume_from_checkpoint, capsys.readouterr().out
+    (training_args,) = training.parse_arguments((TrainingArguments,), argv)
+    return training_args.resume_from_checkpoint, capsys.readouterr().out
 
 
 def test_auto_starts_afresh_without_a_complete_checkpoint_and_resumes_from_the_newest_one(
@@ -119,15 +121,12 @@ def test_auto_starts_afresh_without_a_complete_checkpoint_and_resumes_from_the_n
     assert resume_value(["--output-dir", "out", "--resume-from-checkpoint", "AUTO"], capsys)[0] == "out/checkpoint-4"
 
 
-def test_checkpoints_of_a_model_sharded_at_load_time_are_refused_by_name(
-    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(SystemExit):
-        resume_value(["--fsdp-size", "2", "--save-steps", "5"], capsys)
-    assert "argument --save-steps: 5 is not valid with --fsdp-size 2: transformers cannot save the optimiser" in (
-        capsys.readouterr().err
-    )
+def test_a_sharding_the_run_cannot_take_is_refused_by_name() -> None:
+    model = object()  # refused before it is read
+    with pytest.raises(ValueError, match=r"fsdp_size=2 is not valid: it must equal the number of processes, 1"):
+        distributed.shard(model, 2, SimpleNamespace(world_size=1, save_strategy=IntervalStrategy.NO))
+    with pytest.raises(ValueError, match=r"save_strategy='steps': transformers cannot save the optimiser"):
+        distributed.shard(model, 2, SimpleNamespace(world_size=2, save_strategy=IntervalStrategy.STEPS))
 
 
 def resumed_from(output: str, output_dir: str) -> int:
@@ -149,9 +148,9 @@ def test_torchrun_restarts_a_killed_worker_and_the_run_resumes_by_itself(kill: s
         big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
         run = (*LM_RUN, "--max-steps", "6", "--save-steps", "2", "--per-device-train-batch-size", "2", *big)
     restarted = start(
-        [*torchrun(port=free_port(), max_restarts=1), SCRIPT, *run, *AUTO, "--output-dir", "out"], tmp_path
+        [*torchrun(port=free_port(), max_restarts=1), *SCRIPT, *run, *AUTO, "--output-dir", "out"], tmp_path
     )
-    whole = start([*torchrun(port=free_port()), SCRIPT, *run, *AUTO, "--output-dir", "whole"], tmp_path)
+    whole = start([*torchrun(port=free_port()), *SCRIPT, *run, *AUTO, "--output-dir", "whole"], tmp_path)
     workers = worker_pids(restarted)
     cut_short = tmp_path / "out" / "checkpoint-4"
     deadline = time.monotonic() + 300
@@ -197,7 +196,7 @@ def test_a_lost_node_stops_the_other_naming_it_and_both_restarted_resume(how: st
     write_text(tmp_path)
     timeout = ("--ddp-timeout", "10") if how == "frozen" else ()
     run = (*LM_RUN, "--max-steps", "40", *timeout, *AUTO)
-    whole = start([*torchrun(port=free_port()), SCRIPT, *run, "--output-dir", "whole"], tmp_path)
+    whole = start([*torchrun(port=free_port()), *SCRIPT, *run, "--output-dir", "whole"], tmp_path)
     port = free_port()
     nodes = two_torchrun_nodes(tmp_path, *run, "--output-dir", "out", port=port, static=True)
     lost_rank, message = LOST[how]

@@ -15,16 +15,16 @@ import pytest
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.trainer_utils import get_last_checkpoint
 
-from examples.helpers import callbacks, data, flags
+from examples.helpers import callbacks, data
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 from .workflow_utils import (
-    EXAMPLES,
     LM_RUN,
     TINY_MODEL,
     accelerate_launch,
     assert_same_run,
     complete_checkpoints,
+    example,
     kill_after_first_checkpoint,
     kill_run,
     launch_env,
@@ -54,7 +54,7 @@ def assert_resumes_exactly(command: Callable[[], list[str]], run: tuple[str, ...
 
 def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp_path: Path) -> None:
     write_text(tmp_path)
-    assert_resumes_exactly(lambda: [sys.executable, str(EXAMPLES / "train_causal_lm.py")], LM_RUN, tmp_path)
+    assert_resumes_exactly(lambda: [sys.executable, *example("train_causal_lm.py")], LM_RUN, tmp_path)
 
 
 def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
@@ -62,19 +62,19 @@ def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
         "train_causal_lm.py", "--resume-from-checkpoint", "true", "--output-dir", "empty", tmp_path=tmp_path,
         expect_failure=True,
     )  # fmt: skip
-    assert "argument --resume-from-checkpoint: 'true' is not valid: no complete checkpoint-N folder" in output
+    assert "--resume_from_checkpoint 'true' is not valid: no complete checkpoint-N folder" in output
     (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
     output = run_example(
-        "quickstart.py", "--resume-from-checkpoint", "out/checkpoint-5", tmp_path=tmp_path, expect_failure=True
+        "train_causal_lm.py", "--resume-from-checkpoint", "out/checkpoint-5", tmp_path=tmp_path, expect_failure=True
     )
-    assert "argument --resume-from-checkpoint: 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
+    assert "--resume_from_checkpoint 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
     assert "Traceback" not in output
 
 
 @pytest.mark.slow
 def test_a_killed_two_process_run_resumes_exactly(tmp_path: Path) -> None:
     write_text(tmp_path)
-    checkpoint = assert_resumes_exactly(lambda: accelerate_launch(EXAMPLES / "train_causal_lm.py"), LM_RUN, tmp_path)
+    checkpoint = assert_resumes_exactly(lambda: accelerate_launch("train_causal_lm.py"), LM_RUN, tmp_path)
     assert sorted(path.name for path in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
 
 
@@ -94,7 +94,7 @@ def test_a_killed_classifier_or_lora_run_resumes_exactly(script: str, tmp_path: 
     dropout = ("--lora-dropout", "0.1") if script == "finetune_lora.py" else ("--hidden-dropout", "0.1")
     run = (*RUNS[script], *dropout, "--max-steps", "24", "--save-steps", "8", "--logging-steps", "2")
     assert_resumes_exactly(
-        lambda: [sys.executable, str(EXAMPLES / script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
+        lambda: [sys.executable, *example(script)], (*run, "--per-device-train-batch-size", "8"), tmp_path
     )
 
 
@@ -110,9 +110,7 @@ def test_when_one_process_fails_the_others_stop_at_once_naming_it(failure: str, 
     run = [*LM_RUN, "--max-steps", "100000", "--save-steps", "100000", "--output-dir", "out"]  # hours, unless stopped
     launch = accelerate_launch(Path(__file__).with_name("failing_worker.py"))
     fail_rank = "1" if failure == "exception" else "none"
-    launcher = start(
-        [*launch, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path, FAIL_RANK=fail_rank, FAIL_AT_STEP="5"
-    )
+    launcher = start([*launch, *example("train_causal_lm.py"), *run], tmp_path, FAIL_RANK=fail_rank, FAIL_AT_STEP="5")
     workers = worker_pids(launcher)
     if failure == "SIGKILL":
         wait_for_training(launcher)
@@ -137,7 +135,7 @@ def test_a_save_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
     big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
     run = ("--train-file", "text.txt", "--max-steps", "6", "--save-steps", "2", "--block-size", "32")
     run += ("--max-new-tokens", "10", "--per-device-train-batch-size", "2", *big, "--output-dir", "out")
-    process = start([sys.executable, str(EXAMPLES / "train_causal_lm.py"), *run], tmp_path)
+    process = start([sys.executable, *example("train_causal_lm.py"), *run], tmp_path)
     cut_short = tmp_path / "out" / "checkpoint-4"
     while not (cut_short / "model.safetensors").exists():
         assert process.poll() is None, process.log.read_text()[-3000:]
@@ -160,7 +158,7 @@ def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_wh
     the folder is not complete, so a kill then cannot leave old trainer state beside new weights."""
     write_text(tmp_path)
     training = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2"]
-    args = flags.parse(flags.training_parser("", output_dir="out"), [*training, "--per-device-train-batch-size", "2"])
+    (training_args,) = training.parse_arguments((TrainingArguments,), [*training, "--per-device-train-batch-size", "2"])
     text = (tmp_path / "text.txt").read_text()
     tokenizer = data.char_tokenizer([text], model_max_length=16)
     complete_when_saving = []
@@ -174,7 +172,7 @@ def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_wh
         config = TurnerConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
         trainer = Trainer(  # as the scripts build it
             model=TurnerForCausalLM(config),
-            args=TrainingArguments(**flags.training_arguments(args)),
+            args=training_args,
             train_dataset=data.token_blocks(tokenizer, text, 16, "training"),
             data_collator=default_data_collator,
             callbacks=[*callbacks.checkpoint_callbacks(), SeeWhatIsCompleteWhenASaveBegins()],

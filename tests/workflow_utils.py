@@ -62,15 +62,16 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def example(script: str) -> list[str]:
-    """`-m examples.NAME` for `script` "NAME.py": what `python` and the launchers (torchrun, accelerate) run."""
-    return ["-m", f"examples.{script.removesuffix('.py')}"]
+def example(script: str | Path) -> list[str]:
+    """`-m examples.NAME` for the example `script` "NAME.py" (a `Path` is run as a file): what `python` and the
+    launchers (torchrun, accelerate) run."""
+    return [str(script)] if isinstance(script, Path) else ["-m", f"examples.{script.removesuffix('.py')}"]
 
 
-def accelerate_launch(script: str, num_processes: int = 2) -> list[str]:
-    """`accelerate launch` of the example `script` ("NAME.py") as DDP over `num_processes` CPU processes (gloo on
-    127.0.0.1, a free port); run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's accelerate config
-    does not apply."""
+def accelerate_launch(script: str | Path, num_processes: int = 2) -> list[str]:
+    """`accelerate launch` of the example `script` ("NAME.py"), or of a file, as DDP over `num_processes` CPU
+    processes (gloo on 127.0.0.1, a free port); run it with `ACCELERATE_CONFIG_FILE` pointing to no file, so a user's
+    accelerate config does not apply."""
     launcher = [
         sys.executable,
         "-m",
@@ -80,7 +81,12 @@ def accelerate_launch(script: str, num_processes: int = 2) -> list[str]:
         str(num_processes),
     ]
     launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return [*launcher, "--main_process_port", str(free_port()), *example(script)]
+    return [
+        *launcher,
+        "--main_process_port",
+        str(free_port()),
+        *(example(script) if isinstance(script, str) else [str(script)]),
+    ]
 
 
 def run_example(
