@@ -29,21 +29,7 @@ from typing import Any
 import torch
 from transformers import CompileConfig, DynamicCache
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_load,
-    fmt_ratio,
-    interleaved,
-    load_average,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    under_load,
-    write_json,
-)
+from benchmarks import benchutils
 from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, turner_lm
 from turner_tfm.compat_turner import named_cache
 
@@ -78,7 +64,6 @@ def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, m
 def bench(
     shape: LMShape, mode: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, warmup: int, seed: int
 ) -> dict[str, Any]:
-    load_before = load_average()
     torch.manual_seed(seed)
     models: dict[str, torch.nn.Module] = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape)}
     if mode == "dynamic":
@@ -98,20 +83,16 @@ def bench(
         first_call[key] = time.perf_counter() - start
         if out.shape != (batch, prompt_len + new_tokens):
             raise RuntimeError(f"{key} generated shape {tuple(out.shape)}")
-    times = interleaved(fns, repeats=repeats, warmup=max(warmup - 1, 0))
-    tokens = batch * new_tokens
-    result = {
+    times, record = benchutils.timed(fns, repeats, max(warmup - 1, 0))
+    return {
         "mode": mode,
         "batch": batch,
         "prompt": prompt_len,
         "new_tokens": new_tokens,
         "first_call_seconds": first_call,
-        "times": {key: summarize(t) for key, t in times.items()},
-        "tokens_per_second": {key: tokens / summarize(t)["median_s"] for key, t in times.items()},
-        "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
-        "raw_seconds": times,
-    }
-    return result | under_load(load_before)
+        "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
+        "turner_speedup": benchutils.speedups(times),
+    } | record
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -120,16 +101,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--heads", type=int, default=6)
-    parser.add_argument("--features", type=int, default=384)
-    add_run_arguments(parser, repeats=10, warmup=2)
+    benchutils.add_shape_arguments(parser, layers=6, heads=6, features=384)
+    benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     positions = max(512, args.prompt + args.new_tokens)
     shape = LMShape(layers=args.layers, heads=args.heads, features=args.features, context=positions)
     results = []
@@ -152,34 +131,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{tps['turner']:.1f}",
                     f"{tps['gpt2']:.1f}",
                     f"{tps['minimal']:.1f}" if "minimal" in tps else "n/a",
-                    f"{fmt_ratio(s['vs_gpt2']['median'])} [{s['vs_gpt2']['q1']:.2f}-{s['vs_gpt2']['q3']:.2f}]",
-                    f"{fmt_ratio(vs_min['median'])} [{vs_min['q1']:.2f}-{vs_min['q3']:.2f}]" if vs_min else "n/a",
-                    f"{fmt_ratio(vs_own['median'])} [{vs_own['q1']:.2f}-{vs_own['q3']:.2f}]" if vs_own else "n/a",
+                    benchutils.fmt_spread(s["vs_gpt2"]),
+                    benchutils.fmt_spread(vs_min) if vs_min else "n/a",
+                    benchutils.fmt_spread(vs_own) if vs_own else "n/a",
                     r["times"]["turner"]["n"],
-                    fmt_load(r),
+                    benchutils.fmt_load(r),
                 ]
             )
-    finish_run(env)
-    header = [
-        "cache",
-        "batch",
-        "Turner tok/s",
-        "GPT-2 tok/s",
-        "minimal tok/s",
-        "Turner vs GPT-2",
-        "Turner vs min",
-        "vs Turner concat / dynamic",
-        "reps",
-        "load avg",
-    ]
-    print(environment_markdown(env))
-    print(f"\nModel: {shape.describe()}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n")
-    print(markdown_table(header, rows))
-    print("\nSpeed-up = peer time / Turner time, median of paired repetitions [interquartile range].")
-    payload = {"benchmark": "generate", "environment": env, "model": shape.describe()}
-    payload |= {"args": vars(args) | {"json": str(args.json)}, "results": results}
-    write_json(args.json, payload)
-    return payload
+    benchutils.finish_run(env)
+    header = ["cache", "batch", "Turner tok/s", "GPT-2 tok/s", "minimal tok/s", "Turner vs GPT-2", "Turner vs min"]
+    header += ["vs Turner concat / dynamic", "reps", "load avg"]
+    intro = f"\nModel: {shape.describe()}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n"
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), intro, benchutils.SPEEDUP_NOTE)
+    return benchutils.save_run(args, "generate", env, model=shape.describe(), results=results)
 
 
 if __name__ == "__main__":

@@ -24,20 +24,10 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerFast
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_ratio,
-    interleaved,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    write_json,
-)
+from benchmarks import benchutils
+from benchmarks.peers import LMShape, turner_config
 from examples.helpers import data, padding_free
-from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification
+from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 # each task's script defaults: model shape and --per-device-train-batch-size
 TASK_DEFAULTS = {
@@ -52,11 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--block-size", type=int, default=128, help="longest sequence, in characters")
     parser.add_argument("--batch-size", type=int, help="sequences per batch (default: the task's script's)")
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled through")
-    parser.add_argument("--layers", type=int)
-    parser.add_argument("--heads", type=int)
-    parser.add_argument("--features", type=int)
+    benchutils.add_shape_arguments(parser, layers=None, heads=None, features=None)  # default: the task's script's
     parser.add_argument("--attn-implementation", default="sdpa")
-    add_run_arguments(parser, repeats=24, warmup=2)
+    benchutils.add_run_arguments(parser, repeats=24, warmup=2)
     args = parser.parse_args(argv)
     for name, default in TASK_DEFAULTS[args.task].items():
         if getattr(args, name) is None:
@@ -103,7 +91,7 @@ def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: iter
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     data, collator, model_class, task_config = TASKS[args.task]
     tokenizer, sequences = data(args)
     sequences = sequences.shuffle(seed=args.seed)
@@ -115,45 +103,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     real_tokens = sum(len(ids) for chunk in chunks for ids in chunk["input_ids"]) / args.batches
     padded_tokens = sum(batch["input_ids"].numel() for batch in batches["padded"]) / args.batches
 
-    config = TurnerConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=args.features,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        max_position_embeddings=args.block_size,
-        pad_token_id=tokenizer.pad_token_id,
-        attn_implementation=args.attn_implementation,
-        **task_config,
+    shape = LMShape(args.layers, args.heads, args.features, context=args.block_size, vocab=len(tokenizer))
+    config = turner_config(
+        shape, pad_token_id=tokenizer.pad_token_id, attn_implementation=args.attn_implementation, **task_config
     )
     steps = {}
     for name in batches:
         torch.manual_seed(args.seed)
         model = model_class(config).train()
         steps[name] = step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), itertools.cycle(batches[name]))
-    times = interleaved(steps, args.repeats, args.warmup)
-    finish_run(env)
+    times, record = benchutils.timed(steps, args.repeats, args.warmup)
+    benchutils.finish_run(env)
 
-    speedup = paired_ratios(times["padded"], times["padding-free"])
+    speedup = benchutils.paired_ratios(times["padded"], times["padding-free"])
     rows = [
-        [name, f"{real_tokens / summarize(t)['median_s']:.0f} tok/s", f"{summarize(t)['median_s'] * 1e3:.1f} ms"]
-        for name, t in times.items()
+        [name, f"{real_tokens / summary['median_s']:.0f} tok/s", f"{summary['median_s'] * 1e3:.1f} ms"]
+        for name, summary in record["times"].items()
     ]
-    print(environment_markdown(env))
-    print(
+    intro = (
         f"{args.task}, L{args.layers} H{args.heads} D{args.features}, {args.attn_implementation}, "
         f"batch {args.batch_size} sequences of at most {args.block_size}: {real_tokens:.0f} real tokens per batch, "
         f"padded to {padded_tokens:.0f} ({100 * (1 - real_tokens / padded_tokens):.0f}% padding)\n"
     )
-    print(markdown_table(["batches", "training tokens/s (real tokens)", "step"], rows))
-    print(f"\npadding-free vs padded: {fmt_ratio(speedup['median'])} [{speedup['q1']:.2f}-{speedup['q3']:.2f}]")
-    payload = {"benchmark": "padding_free", "environment": env, "args": {k: str(v) for k, v in vars(args).items()}}
-    payload |= {
-        "tokens_per_batch": {"real": real_tokens, "padded": padded_tokens},
-        "times": {name: summarize(t) for name, t in times.items()},
-        "speedup_padding_free_vs_padded": speedup,
-    }
-    write_json(args.json, payload)
-    return payload
+    table = benchutils.markdown_table(["batches", "training tokens/s (real tokens)", "step"], rows)
+    benchutils.print_report(env, table, intro, f"\npadding-free vs padded: {benchutils.fmt_spread(speedup)}")
+    return benchutils.save_run(
+        args,
+        "padding_free",
+        env,
+        tokens_per_batch={"real": real_tokens, "padded": padded_tokens},
+        times=record["times"],
+        speedup_padding_free_vs_padded=speedup,
+    )
 
 
 if __name__ == "__main__":

@@ -33,19 +33,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, DistributedConfig
 
 import turner_tfm
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_ms,
-    fmt_ratio,
-    interleaved,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    write_json,
-)
+from benchmarks import benchutils
 
 
 def model_shape(args: argparse.Namespace) -> dict[str, int]:
@@ -115,7 +103,7 @@ def workloads(model: torch.nn.Module, args: argparse.Namespace) -> dict[str, Cal
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_run_arguments(parser, repeats=10, warmup=2)
+    benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     parser.add_argument("--tokens", type=int, default=256, help="tokens per sequence in the forward pass")
     parser.add_argument("--prompt", type=int, default=64, help="prompt length for decoding")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per decode call")
@@ -127,7 +115,7 @@ def main() -> None:
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))
     rank, world = dist.get_rank(), dist.get_world_size()
-    env = start_run(1)
+    env = benchutils.start_run(1)
     whole, sharded = load_models(saved_model(shape, args.seed), world)
 
     check = torch.randint(0, args.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
@@ -144,16 +132,9 @@ def main() -> None:
             f"one process, {world} threads": alone_on_rank_zero(whole_work[name], world),
             "tensor parallel": sharded_work[name],
         }
-        times = interleaved(contenders, repeats=args.repeats, warmup=args.warmup)
-        results[name] = {
-            "times": {label: summarize(values) for label, values in times.items()},
-            "speedup": {
-                label: paired_ratios(times[label], times["tensor parallel"])
-                for label in contenders
-                if label != "tensor parallel"
-            },
-        }
-    finish_run(env)
+        times, record = benchutils.timed(contenders, args.repeats, args.warmup)
+        results[name] = record | {"speedup": benchutils.speedups(times, of="tensor parallel")}
+    benchutils.finish_run(env)
     if rank == 0:
         report(env, args, shape, world, memory, results, difference)
     dist.barrier()
@@ -161,27 +142,26 @@ def main() -> None:
 
 
 def report(env, args, shape, world, memory, results, difference) -> None:
-    print(environment_markdown(env))
-    print(f"sharded logits vs whole model: max |difference| = {difference:.2e}\n")
     rows = []
     for name, result in results.items():
         for label, timing in result["times"].items():
-            speedup = result["speedup"].get(label)
-            rows.append([name, label, fmt_ms(timing["median_s"]), fmt_ratio(speedup["median"]) if speedup else "—"])
-    print(markdown_table(["workload", "contender", "median time", "TP speed-up (contender / TP)"], rows))
-    print()
+            speedup = result["speedup"].get(f"vs_{label}")
+            ratio = benchutils.fmt_ratio(speedup["median"]) if speedup else "—"
+            rows.append([name, label, benchutils.fmt_ms(timing["median_s"]), ratio])
+    times = benchutils.markdown_table(["workload", "contender", "median time", "TP speed-up (contender / TP)"], rows)
     rows = [[label, f"{megabytes:.1f} MiB"] for label, megabytes in memory.items()]
-    print(markdown_table(["parameters held by rank 0", "size"], rows))
-    write_json(
-        args.json,
-        {
-            "environment": env,
-            "world_size": world,
-            "shape": shape,
-            "max_logit_difference": difference,
-            "parameter_mib_rank0": memory,
-            "results": results,
-        },
+    sizes = benchutils.markdown_table(["parameters held by rank 0", "size"], rows)
+    intro = f"sharded logits vs whole model: max |difference| = {difference:.2e}\n"
+    benchutils.print_report(env, f"{times}\n\n{sizes}", intro)
+    benchutils.save_run(
+        args,
+        "tensor_parallel",
+        env,
+        world_size=world,
+        shape=shape,
+        max_logit_difference=difference,
+        parameter_mib_rank0=memory,
+        results=results,
     )
 
 

@@ -20,28 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    BitsAndBytesConfig,
-    GPT2Config,
-    GPT2LMHeadModel,
-    TorchAoConfig,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, TorchAoConfig
 
 import turner_tfm  # noqa: F401  (registers the Auto classes)
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_ratio,
-    interleaved,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    write_json,
-)
+from benchmarks import benchutils
+from benchmarks.peers import LMShape, gpt2_lm
 
 METHODS = ("fp32", "torchao int8", "bitsandbytes int8")
 
@@ -109,31 +92,19 @@ def layers_replaced(model: torch.nn.Module) -> dict[str, list[int]]:
     return counts
 
 
-def gpt2_like(config) -> GPT2LMHeadModel:
-    return GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=config.num_hidden_layers,
-            n_head=config.num_attention_heads,
-            n_embd=config.hidden_size,
-            vocab_size=config.vocab_size,
-            n_positions=config.max_position_embeddings,
-        )
-    )
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     parser.add_argument("--model-dir", type=Path, required=True, help="a saved Turner causal LM with its tokenizer")
     parser.add_argument("--new-tokens", type=int, default=64, help="greedy tokens per timed generate() call")
     parser.add_argument("--eval-batch", type=int, default=16, help="held-out blocks per forward")
     parser.add_argument("--max-eval-blocks", type=int, default=None, help="score only this many held-out blocks")
-    add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     models = {method: load(args.model_dir, method) for method in METHODS}
     config = models["fp32"].config
     blocks = held_out_blocks(args.model_dir, config.max_position_embeddings)[: args.max_eval_blocks]
@@ -143,23 +114,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def decode(model: torch.nn.Module):
         return lambda: model.generate(prompt, **greedy)
 
-    times = interleaved({m: decode(models[m]) for m in METHODS}, args.repeats, args.warmup)
+    times, record = benchutils.timed({m: decode(models[m]) for m in METHODS}, args.repeats, args.warmup)
     results = {
         method: {
             "disk_bytes": saved_size(model),
             "memory_bytes": memory_bytes(model),
             "held_out_loss": held_out_loss(model, blocks, args.eval_batch),
-            "times": summarize(times[method]),
-            "tokens_per_second": args.new_tokens / summarize(times[method])["median_s"],
-            "speed_vs_fp32": paired_ratios(times["fp32"], times[method]),
+            "times": record["times"][method],
+            "tokens_per_second": args.new_tokens / record["times"][method]["median_s"],
+            "speed_vs_fp32": benchutils.paired_ratios(times["fp32"], times[method]),
             "layers_replaced": layers_replaced(model),
         }
         for method, model in models.items()
     }
     gpt2_folder = Path(tempfile.mkdtemp())
-    gpt2_like(config).save_pretrained(gpt2_folder)
+    gpt2_lm(LMShape.of(config)).save_pretrained(gpt2_folder)
     gpt2 = layers_replaced(load(gpt2_folder, "torchao int8"))
-    finish_run(env)
+    benchutils.finish_run(env)
 
     fp32 = results["fp32"]
     rows = [
@@ -169,28 +140,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['memory_bytes'] / 1e6:.2f} MB",
             f"{r['held_out_loss']:.5f} ({100 * (r['held_out_loss'] / fp32['held_out_loss'] - 1):+.3f}%)",
             f"{r['tokens_per_second']:.1f} tok/s",
-            f"{fmt_ratio(speed['median'])} [{speed['q1']:.2f}-{speed['q3']:.2f}]",
+            benchutils.fmt_spread(r["speed_vs_fp32"]),
         ]
         for method, r in results.items()
-        for speed in [r["speed_vs_fp32"]]
     ]
-    print(environment_markdown(env))
-    print(f"{len(blocks)} held-out blocks\n")
     header = ["weights", "safetensors on disk", "in memory", "held-out loss (vs fp32)", "greedy decode", "vs fp32"]
-    print(markdown_table(header, rows))
-    touched = {name: f"{done}/{total}" for name, (done, total) in results["torchao int8"]["layers_replaced"].items()}
-    print(
-        f"\ntorchao int8 replaced, Turner: {touched}; GPT-2 of the same shape: "
-        f"{ {name: f'{done}/{total}' for name, (done, total) in gpt2.items()} }"
-    )
-    payload = {"benchmark": "quantization", "environment": env, "args": vars(args) | {"json": str(args.json)}}
-    payload |= {
-        "results": results,
-        "gpt2_layers_replaced": gpt2,
-        "perplexity": {m: math.exp(r["held_out_loss"]) for m, r in results.items()},
+    replaced = {
+        name: {layer: f"{done}/{total}" for layer, (done, total) in counts.items()}
+        for name, counts in (("Turner", results["torchao int8"]["layers_replaced"]), ("GPT-2", gpt2))
     }
-    write_json(args.json, payload | {"args": {k: str(v) for k, v in payload["args"].items()}})
-    return payload
+    note = f"\ntorchao int8 replaced, Turner: {replaced['Turner']}; GPT-2 of the same shape: {replaced['GPT-2']}"
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), f"{len(blocks)} held-out blocks\n", note)
+    perplexity = {m: math.exp(r["held_out_loss"]) for m, r in results.items()}
+    return benchutils.save_run(
+        args, "quantization", env, results=results, gpt2_layers_replaced=gpt2, perplexity=perplexity
+    )
 
 
 if __name__ == "__main__":

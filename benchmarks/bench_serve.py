@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -45,16 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    load_average,
-    markdown_table,
-    start_run,
-    under_load,
-    write_json,
-)
+from benchmarks import benchutils
 
 SHAPES = {
     "quickstart": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=128),
@@ -79,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--vllm-kv-cache-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument("--startup-timeout", type=float, default=300)
-    add_run_arguments(parser, repeats=3, warmup=1)
+    benchutils.add_run_arguments(parser, repeats=3, warmup=1)
     return parser
 
 
@@ -177,13 +167,13 @@ class Server:
         raise SystemExit(f"{self.process.args} gave no /health in {timeout} s:\n{log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+        """SIGTERM, then SIGKILL if it has not exited 30 s later (`Popen` signals only its own, unreaped pid)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def serve_round(server: Server, model: str, texts: list[str], max_tokens: int, concurrency: int) -> tuple[float, int]:
@@ -229,9 +219,9 @@ def rotated(contenders: dict[tuple[str, int | None], Any], repeats: int, warmup:
     for rep in range(repeats):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            before = load_average()
+            before = benchutils.load_average()
             wall, tokens = contenders[name]()
-            rounds[name].append({"wall_s": wall, "tokens": tokens, **under_load(before)})
+            rounds[name].append({"wall_s": wall, "tokens": tokens, **benchutils.under_load(before)})
     figures = {}
     for name, timed in rounds.items():
         median = statistics.median(r["wall_s"] for r in timed)
@@ -263,7 +253,7 @@ def server_env(threads: int | None, vllm_kv_cache_gib: int) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
@@ -316,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
                     flush=True,
                 )
             del model
-    env = finish_run(env)
+    env = benchutils.finish_run(env)
     for shape in args.models:
         base = next(r for r in results if r["model"] == shape and r["mode"] == "generate()")
         for r in (r for r in results if r["model"] == shape):
@@ -334,22 +324,13 @@ def main(argv: list[str] | None = None) -> None:
             )
     header = ["model", "answered by", "clients", "requests/s", "generated tokens/s", "vs generate()", "start (s)"]
     header.append("load average")
-    print()
-    print(environment_markdown(env))
-    print(
+    intro = (
         f"{args.requests} requests per round, prompts of {args.prompt_chars} characters, max_tokens {args.max_tokens}, "
         f"greedy; median of {args.repeats} rounds, all contenders in rotation"
     )
-    print(markdown_table(header, rows))
-    write_json(
-        args.json,
-        {
-            "benchmark": "serve",
-            "environment": env,
-            "arguments": {k: str(v) for k, v in vars(args).items()},
-            "results": results,
-        },
-    )
+    print()
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), intro)
+    benchutils.save_run(args, "serve", env, results=results)
 
 
 if __name__ == "__main__":

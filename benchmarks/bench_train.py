@@ -26,22 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_load,
-    fmt_ms,
-    fmt_ratio,
-    interleaved,
-    load_average,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    under_load,
-    write_json,
-)
+from benchmarks import benchutils
 from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, parameter_count, turner_lm
 
 SHAPES: dict[str, tuple[LMShape, int]] = {
@@ -68,10 +53,6 @@ def train_step(model: torch.nn.Module, x: torch.Tensor, minimal: bool, mode: str
     return step
 
 
-def bracketed(ratio: dict[str, float]) -> str:
-    return f"{fmt_ratio(ratio['median'])} [{ratio['q1']:.2f}-{ratio['q3']:.2f}]"
-
-
 def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager:
     """bf16 mixed precision as the Trainer's `bf16=True` runs it, or nothing for fp32."""
     if precision == "bf16":
@@ -84,7 +65,6 @@ def bench_shape(
 ) -> dict[str, Any]:
     shape, default_batch = SHAPES[name]
     batch = batch or default_batch
-    load_before = load_average()
     torch.manual_seed(seed)
     models = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape), "minimal": minimal_lm(shape)}
     x = torch.randint(0, shape.vocab, (batch, shape.context))
@@ -97,7 +77,7 @@ def bench_shape(
         start = time.perf_counter()
         fn()
         first_step[key] = time.perf_counter() - start
-    times = interleaved(fns, repeats=repeats, warmup=max(warmup - 1, 0))
+    times, record = benchutils.timed(fns, repeats, max(warmup - 1, 0))
     return {
         "shape": name,
         "mode": mode,
@@ -106,10 +86,8 @@ def bench_shape(
         "batch": batch,
         "parameters": {key: parameter_count(model) for key, model in models.items()},
         "first_step_seconds": first_step,
-        "times": {key: summarize(t) for key, t in times.items()},
-        "turner_speedup": {f"vs_{key}": paired_ratios(times[key], times["turner"]) for key in times if key != "turner"},
-        "raw_seconds": times,
-    } | under_load(load_before)
+        "turner_speedup": benchutils.speedups(times),
+    } | record
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,20 +96,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", default=["eager"], choices=["eager", "compiled"])
     parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
-    add_run_arguments(parser, repeats=30, warmup=3)
+    benchutils.add_run_arguments(parser, repeats=30, warmup=3)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     results = [
         bench_shape(name, mode, precision, args.repeats, args.warmup, args.batch, args.seed)
         for name in args.shapes
         for mode in args.modes
         for precision in args.precisions
     ]
-    finish_run(env)
+    benchutils.finish_run(env)
     rows = []
     for r in results:
         t, s = r["times"], r["turner_speedup"]
@@ -140,29 +118,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{r['shape']} ({r['dims']}, B={r['batch']})",
                 r["mode"],
                 r["precision"],
-                fmt_ms(t["turner"]["median_s"]),
-                fmt_ms(t["gpt2"]["median_s"]),
-                fmt_ms(t["minimal"]["median_s"]),
-                bracketed(s["vs_gpt2"]),
-                bracketed(s["vs_minimal"]),
-                bracketed(s["vs_turner_fp32"]) if "vs_turner_fp32" in s else "n/a",
+                *(benchutils.fmt_ms(t[key]["median_s"]) for key in ("turner", "gpt2", "minimal")),
+                benchutils.fmt_spread(s["vs_gpt2"]),
+                benchutils.fmt_spread(s["vs_minimal"]),
+                benchutils.fmt_spread(s["vs_turner_fp32"]) if "vs_turner_fp32" in s else "n/a",
                 t["turner"]["n"],
-                fmt_load(r),
+                benchutils.fmt_load(r),
             ]
         )
     header = ["training step", "mode", "precision", "Turner", "GPT2LMHeadModel", "minimal GPT", "Turner vs GPT-2"]
     header += ["Turner vs min", "bf16 speed-up", "reps", "load avg"]
-    print(environment_markdown(env))
-    print()
-    print(markdown_table(header, rows))
-    print("\nSpeed-up = peer time / Turner time, median of paired repetitions [interquartile range].")
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), note=benchutils.SPEEDUP_NOTE)
     for r in results:
         if r["mode"] == "compiled":
             firsts = ", ".join(f"{key} {seconds:.1f} s" for key, seconds in r["first_step_seconds"].items())
             print(f"First compiled step ({r['shape']}, {r['precision']}), compilation included: {firsts}")
-    payload = {"benchmark": "train_step", "environment": env, "args": vars(args) | {"json": str(args.json)}}
-    write_json(args.json, payload | {"results": results})
-    return payload | {"results": results}
+    return benchutils.save_run(args, "train_step", env, results=results)
 
 
 if __name__ == "__main__":

@@ -33,26 +33,15 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
+from benchmarks import benchutils
 from benchmarks.bench_train import SHAPES
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_load,
-    fmt_ms,
-    fmt_ratio,
-    interleaved,
-    load_average,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    under_load,
-    write_json,
-)
 from benchmarks.peers import turner_lm
 
 LEARNING_RATE = 1e-4
+# the Trainer's run without logging, checkpoints, trackers, progress bars or pinned memory (a CPU has none)
+QUIET = dict(
+    logging_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True, dataloader_pin_memory=False
+)
 
 
 def bare_loop(model: torch.nn.Module, batches: list[torch.Tensor], compiled: bool) -> Callable[[], None]:
@@ -101,28 +90,14 @@ class LoopTimer(TrainerCallback):
 def trainer_run(
     model: torch.nn.Module, dataset: Dataset, batch: int, compiled: bool, output_dir: str, timer: LoopTimer
 ) -> Callable[[], Any]:
-    args = TrainingArguments(
-        output_dir=output_dir,
-        max_steps=len(dataset) // batch,
-        per_device_train_batch_size=batch,
-        learning_rate=LEARNING_RATE,
-        torch_compile=compiled,
-        use_cpu=True,
-        logging_strategy="no",
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_pin_memory=False,
-    )
-    trainer = Trainer(
-        model=model, args=args, train_dataset=dataset, data_collator=default_data_collator, callbacks=[timer]
-    )
+    steps = {"max_steps": len(dataset) // batch, "per_device_train_batch_size": batch, "learning_rate": LEARNING_RATE}
+    args = TrainingArguments(output_dir=output_dir, **steps, torch_compile=compiled, use_cpu=True, **QUIET)
+    trainer = Trainer(model, args, train_dataset=dataset, data_collator=default_data_collator, callbacks=[timer])
     return lambda: trainer.train()
 
 
 def bench(shape_name: str, mode: str, steps: int, repeats: int, warmup: int, seed: int) -> dict[str, Any]:
     shape, batch = SHAPES[shape_name]
-    load_before = load_average()
     torch.manual_seed(seed)
     ids = torch.randint(0, shape.vocab, (steps * batch, shape.context))
     dataset = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()}).with_format("torch")
@@ -135,22 +110,20 @@ def bench(shape_name: str, mode: str, steps: int, repeats: int, warmup: int, see
             "loop+recipe": recipe_loop(turner_lm(shape), dataset, batch, compiled),
             "trainer": trainer_run(turner_lm(shape), dataset, batch, compiled, output_dir, timer),
         }
-        times = interleaved(fns, repeats=repeats, warmup=warmup)
+        times, record = benchutils.timed(fns, repeats, warmup)
     return {
         "shape": shape_name,
         "dims": shape.describe(),
         "batch": batch,
         "mode": mode,
         "steps": steps,
-        "times": {key: summarize(t) for key, t in times.items()},
-        "trainer_loop_only": summarize(timer.seconds[-repeats:]),
+        "trainer_loop_only": benchutils.summarize(timer.seconds[-repeats:]),
         "ratios": {
-            "recipe_over_loop": paired_ratios(times["loop+recipe"], times["loop"]),
-            "trainer_over_recipe": paired_ratios(times["trainer"], times["loop+recipe"]),
-            "trainer_over_loop": paired_ratios(times["trainer"], times["loop"]),
+            "recipe_over_loop": benchutils.paired_ratios(times["loop+recipe"], times["loop"]),
+            "trainer_over_recipe": benchutils.paired_ratios(times["trainer"], times["loop+recipe"]),
+            "trainer_over_loop": benchutils.paired_ratios(times["trainer"], times["loop"]),
         },
-        "raw_seconds": times,
-    } | under_load(load_before)
+    } | record
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -158,44 +131,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shape", default="nanogpt-cpu", choices=sorted(SHAPES))
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
     parser.add_argument("--steps", type=int, default=50, help="optimiser steps per timed run")
-    add_run_arguments(parser, repeats=5, warmup=1)
+    benchutils.add_run_arguments(parser, repeats=5, warmup=1)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     results = [bench(args.shape, mode, args.steps, args.repeats, args.warmup, args.seed) for mode in args.modes]
-    finish_run(env)
+    benchutils.finish_run(env)
     rows = []
     for r in results:
         t, q = r["times"], r["ratios"]
-        per_step = {key: fmt_ms(t[key]["median_s"] / r["steps"]) for key in t}
+        per_step = {key: benchutils.fmt_ms(t[key]["median_s"] / r["steps"]) for key in t}
         rows.append(
             [
                 r["mode"],
                 per_step["loop"],
                 per_step["loop+recipe"],
                 per_step["trainer"],
-                fmt_ms(r["trainer_loop_only"]["median_s"] / r["steps"]),
-                f"{fmt_ratio(q['recipe_over_loop']['median'])} [{q['recipe_over_loop']['q1']:.2f}-"
-                f"{q['recipe_over_loop']['q3']:.2f}]",
-                f"{fmt_ratio(q['trainer_over_recipe']['median'])} [{q['trainer_over_recipe']['q1']:.2f}-"
-                f"{q['trainer_over_recipe']['q3']:.2f}]",
+                benchutils.fmt_ms(r["trainer_loop_only"]["median_s"] / r["steps"]),
+                benchutils.fmt_spread(q["recipe_over_loop"]),
+                benchutils.fmt_spread(q["trainer_over_recipe"]),
                 t["loop"]["n"],
-                fmt_load(r),
+                benchutils.fmt_load(r),
             ]
         )
     header = ["mode", "loop / step", "loop+recipe / step", "Trainer / step", "Trainer's loop alone / step"]
-    header += ["recipe cost", "Trainer overhead"]
-    print(environment_markdown(env))
-    print(f"\nTurner LM {results[0]['dims']}, batch {results[0]['batch']}, {args.steps} steps per run.\n")
-    print(markdown_table([*header, "reps", "load avg"], rows))
-    print("\nrecipe cost = loop+recipe time / loop time; Trainer overhead = Trainer time / loop+recipe time.")
-    payload = {"benchmark": "trainer", "environment": env, "args": vars(args) | {"json": str(args.json)}}
-    payload |= {"results": results}
-    write_json(args.json, payload)
-    return payload
+    header += ["recipe cost", "Trainer overhead", "reps", "load avg"]
+    intro = f"\nTurner LM {results[0]['dims']}, batch {results[0]['batch']}, {args.steps} steps per run.\n"
+    note = "\nrecipe cost = loop+recipe time / loop time; Trainer overhead = Trainer time / loop+recipe time."
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), intro, note)
+    return benchutils.save_run(args, "trainer", env, results=results)
 
 
 if __name__ == "__main__":

@@ -14,91 +14,53 @@ from typing import Any
 
 import torch
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_load,
-    fmt_ms,
-    fmt_ratio,
-    interleaved,
-    load_average,
-    markdown_table,
-    paired_ratios,
-    start_run,
-    summarize,
-    under_load,
-    write_json,
-)
+from benchmarks import benchutils
 from benchmarks.peers import ImageShape, parameter_count, turner_image, vit_image
 
 
 @torch.inference_mode()
 def bench(shape: ImageShape, batch: int, repeats: int, warmup: int, seed: int) -> dict[str, Any]:
-    load_before = load_average()
     torch.manual_seed(seed)
     models = {"turner": turner_image(shape).eval(), "vit": vit_image(shape).eval()}
     x = torch.randn(batch, 3, shape.image_size, shape.image_size)
     fns = {key: (lambda m=model: m(pixel_values=x).logits) for key, model in models.items()}
-    times = interleaved(fns, repeats=repeats, warmup=warmup)
+    times, record = benchutils.timed(fns, repeats, warmup)
     return {
         "dims": shape.describe(),
         "batch": batch,
         "parameters": {key: parameter_count(model) for key, model in models.items()},
-        "times": {key: summarize(t) for key, t in times.items()},
-        "images_per_second": {key: batch / summarize(t)["median_s"] for key, t in times.items()},
-        "turner_speedup": {"vs_vit": paired_ratios(times["vit"], times["turner"])},
-        "raw_seconds": times,
-    } | under_load(load_before)
+        "images_per_second": {key: batch / summary["median_s"] for key, summary in record["times"].items()},
+        "turner_speedup": benchutils.speedups(times),
+    } | record
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--heads", type=int, default=3)
-    parser.add_argument("--features", type=int, default=192)
+    benchutils.add_shape_arguments(parser, layers=12, heads=3, features=192)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--patch-size", type=int, default=16)
-    add_run_arguments(parser, repeats=30, warmup=3)
+    benchutils.add_run_arguments(parser, repeats=30, warmup=3)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
-    shape = ImageShape(
-        layers=args.layers,
-        heads=args.heads,
-        features=args.features,
-        image_size=args.image_size,
-        patch_size=args.patch_size,
-    )
+    env = benchutils.start_run(args.threads)
+    sizes = {"layers": args.layers, "heads": args.heads, "features": args.features}
+    shape = ImageShape(**sizes, image_size=args.image_size, patch_size=args.patch_size)
     r = bench(shape, args.batch, args.repeats, args.warmup, args.seed)
-    s = r["turner_speedup"]["vs_vit"]
-    rows = [
-        [
-            f"{r['dims']}, B={args.batch}",
-            f"{fmt_ms(r['times']['turner']['median_s'])} ({r['images_per_second']['turner']:.1f} img/s)",
-            f"{fmt_ms(r['times']['vit']['median_s'])} ({r['images_per_second']['vit']:.1f} img/s)",
-            f"{fmt_ratio(s['median'])} [{s['q1']:.2f}-{s['q3']:.2f}]",
-            r["times"]["turner"]["n"],
-            fmt_load(r),
-        ]
+    cells = [
+        f"{benchutils.fmt_ms(r['times'][key]['median_s'])} ({r['images_per_second'][key]:.1f} img/s)"
+        for key in ("turner", "vit")
     ]
-    finish_run(env)
-    print(environment_markdown(env))
-    print()
-    print(
-        markdown_table(
-            ["image forward", "Turner", "ViTForImageClassification", "Turner vs ViT", "reps", "load avg"], rows
-        )
-    )
-    print("\nSpeed-up = ViT time / Turner time, median of paired repetitions [interquartile range].")
-    payload = {"benchmark": "vision_forward", "environment": env, "args": vars(args) | {"json": str(args.json)}}
-    payload |= {"results": [r]}
-    write_json(args.json, payload)
-    return payload
+    row = [f"{r['dims']}, B={args.batch}", *cells, benchutils.fmt_spread(r["turner_speedup"]["vs_vit"])]
+    benchutils.finish_run(env)
+    header = ["image forward", "Turner", "ViTForImageClassification", "Turner vs ViT", "reps", "load avg"]
+    table = benchutils.markdown_table(header, [[*row, r["times"]["turner"]["n"], benchutils.fmt_load(r)]])
+    note = "\nSpeed-up = ViT time / Turner time, median of paired repetitions [interquartile range]."
+    benchutils.print_report(env, table, note=note)
+    return benchutils.save_run(args, "vision_forward", env, results=[r])
 
 
 if __name__ == "__main__":

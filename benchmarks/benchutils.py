@@ -106,6 +106,17 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) ->
     return times
 
 
+def timed(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """`interleaved` timings of `fns`, and the record of them: each one's summary, the raw seconds, and the load
+    average around the measurement."""
+    before = load_average()
+    times = interleaved(fns, repeats=repeats, warmup=warmup)
+    summaries = {name: summarize(seconds) for name, seconds in times.items()}
+    return times, {"times": summaries, "raw_seconds": times} | under_load(before)
+
+
 def summarize(times: Sequence[float]) -> dict[str, float]:
     """Median, spread (interquartile range) and count of a list of timings, in seconds."""
     ordered = sorted(times)
@@ -135,6 +146,11 @@ def paired_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> d
     }
 
 
+def speedups(times: dict[str, list[float]], of: str = "turner") -> dict[str, dict[str, float]]:
+    """`of`'s speed-up over every other contender (`vs_NAME`): their time over its, paired by repetition."""
+    return {f"vs_{name}": paired_ratios(seconds, times[of]) for name, seconds in times.items() if name != of}
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-flavoured Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
@@ -142,13 +158,32 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+SPEEDUP_NOTE = "\nSpeed-up = peer time / Turner time, median of paired repetitions [interquartile range]."
+
+
+def print_report(env: dict[str, Any], table: str, intro: str = "", note: str = "") -> None:
+    """The machine's line, `intro` (a blank line by default), the table, then `note` if any."""
+    print(environment_markdown(env))
+    print(intro)
+    print(table)
+    if note:
+        print(note)
+
+
+def save_run(args: argparse.Namespace, benchmark: str, env: dict[str, Any], **results: Any) -> dict[str, Any]:
+    """The run's record (`benchmark`, its environment and arguments, then `results`), written to `--json` if given."""
+    payload = {"benchmark": benchmark, "environment": env, "args": vars(args), **results}
+    write_json(args.json, payload)
+    return payload
+
+
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
-    """Write `payload` as indented JSON (no-op when `path` is None)."""
+    """Write `payload` as indented JSON, a value JSON lacks (a path) as its string (no-op when `path` is None)."""
     if path is None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def set_threads(threads: int | None) -> None:
@@ -170,6 +205,12 @@ def add_run_arguments(
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
+def add_shape_arguments(parser: argparse.ArgumentParser, **defaults: int | None) -> None:
+    """`--layers`, `--heads` and `--features` (the model's M, H and D) with these defaults."""
+    for name in ("layers", "heads", "features"):
+        parser.add_argument(f"--{name}", type=int, default=defaults[name])
+
+
 def start_run(threads: int | None) -> dict[str, Any]:
     """Before measuring: pin the threads, quiet transformers' logging, and return the environment to report."""
     set_threads(threads)
@@ -185,6 +226,11 @@ def finish_run(env: dict[str, Any]) -> dict[str, Any]:
 
 def fmt_ratio(value: float) -> str:
     return f"{value:.2f}x"
+
+
+def fmt_spread(ratio: dict[str, float]) -> str:
+    """A paired ratio as `median [q1-q3]`."""
+    return f"{fmt_ratio(ratio['median'])} [{ratio['q1']:.2f}-{ratio['q3']:.2f}]"
 
 
 def fmt_ms(seconds: float) -> str:

@@ -15,131 +15,103 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig, ViTConfig, ViTForImageClassification
 
 from benchmarks.minimal_gpt import MinimalGPT, MinimalGPTConfig
 from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForImageClassification
 
 
 @dataclass(frozen=True)
-class LMShape:
-    """A language-model shape: layers, heads, features D, context N, vocabulary V."""
+class Sizes:
+    """A backbone's sizes: layers M, heads H, features D."""
 
     layers: int
     heads: int
     features: int
+
+    def describe(self) -> str:
+        return f"L={self.layers} H={self.heads} D={self.features}"
+
+    def fields(self) -> dict[str, int]:
+        """The sizes under transformers' standard config names (GPT-2 maps them to its own)."""
+        return {"num_hidden_layers": self.layers, "num_attention_heads": self.heads, "hidden_size": self.features}
+
+
+@dataclass(frozen=True)
+class LMShape(Sizes):
+    """A language-model shape: the sizes, context N and vocabulary V."""
+
     context: int
     vocab: int = 65
 
     def describe(self) -> str:
-        return f"L={self.layers} H={self.heads} D={self.features} N={self.context} V={self.vocab}"
+        return f"{super().describe()} N={self.context} V={self.vocab}"
+
+    @classmethod
+    def of(cls, config: PreTrainedConfig) -> LMShape:
+        """The shape of a language model's config."""
+        layers, heads, features = config.num_hidden_layers, config.num_attention_heads, config.hidden_size
+        return cls(layers, heads, features, context=config.max_position_embeddings, vocab=config.vocab_size)
+
+    def fields(self) -> dict[str, int]:
+        return super().fields() | {"vocab_size": self.vocab, "max_position_embeddings": self.context}
+
+
+def turner_config(shape: LMShape, **fields: object) -> TurnerConfig:
+    """A Turner LM config of `shape` (learned positions, LayerNorm eps 1e-5, biases, tied head) with `fields` set."""
+    return TurnerConfig(**shape.fields(), **fields)
 
 
 def turner_lm(shape: LMShape, attn_implementation: str = "sdpa") -> TurnerForCausalLM:
-    config = TurnerConfig(
-        vocab_size=shape.vocab,
-        hidden_size=shape.features,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        intermediate_size=4 * shape.features,
-        max_position_embeddings=shape.context,
-        hidden_act="gelu",
-        layer_norm_eps=1e-5,
-        attention_bias=True,
-        mlp_bias=True,
-        tie_word_embeddings=True,
-        attn_implementation=attn_implementation,
-    )
-    return TurnerForCausalLM(config)
+    mlp = {"intermediate_size": 4 * shape.features, "hidden_act": "gelu"}
+    return TurnerForCausalLM(turner_config(shape, **mlp, attn_implementation=attn_implementation))
 
 
 def gpt2_lm(shape: LMShape, attn_implementation: str = "sdpa") -> GPT2LMHeadModel:
     config = GPT2Config(
-        vocab_size=shape.vocab,
-        n_embd=shape.features,
-        n_layer=shape.layers,
-        n_head=shape.heads,
+        **shape.fields(),
         n_inner=4 * shape.features,
-        n_positions=shape.context,
         activation_function="gelu",
-        layer_norm_epsilon=1e-5,
+        attn_implementation=attn_implementation,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=None,
-        attn_implementation=attn_implementation,
     )
     return GPT2LMHeadModel(config)
 
 
 def minimal_lm(shape: LMShape) -> MinimalGPT:
-    return MinimalGPT(
-        MinimalGPTConfig(
-            vocab_size=shape.vocab,
-            context=shape.context,
-            layers=shape.layers,
-            heads=shape.heads,
-            features=shape.features,
-            bias=True,
-        )
-    )
+    positions = {"vocab_size": shape.vocab, "context": shape.context}
+    return MinimalGPT(MinimalGPTConfig(**positions, layers=shape.layers, heads=shape.heads, features=shape.features))
 
 
 @dataclass(frozen=True)
-class ImageShape:
-    """An image-classifier shape (ViT-Tiny-like by default)."""
+class ImageShape(Sizes):
+    """An image-classifier shape: the sizes, square RGB images cut into square patches, and the labels."""
 
-    layers: int = 12
-    heads: int = 3
-    features: int = 192
-    image_size: int = 224
-    patch_size: int = 16
+    image_size: int
+    patch_size: int
     labels: int = 1000
 
     def describe(self) -> str:
-        return (
-            f"L={self.layers} H={self.heads} D={self.features} image {self.image_size} patch {self.patch_size} "
-            f"labels {self.labels}"
-        )
+        return f"{super().describe()} image {self.image_size} patch {self.patch_size} labels {self.labels}"
+
+    def fields(self) -> dict[str, int]:
+        """The config fields both image classifiers read (an MLP 4D wide; ViT's dropout is 0 by default)."""
+        image = {"image_size": self.image_size, "patch_size": self.patch_size, "num_labels": self.labels}
+        mlp = {"intermediate_size": 4 * self.features, "layer_norm_eps": 1e-12, "num_channels": 3}
+        return super().fields() | image | mlp
 
 
 def turner_image(shape: ImageShape, attn_implementation: str = "sdpa") -> TurnerForImageClassification:
-    config = TurnerConfig(
-        hidden_size=shape.features,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        intermediate_size=4 * shape.features,
-        image_size=shape.image_size,
-        patch_size=shape.patch_size,
-        num_channels=3,
-        is_causal=False,
-        hidden_act="gelu",
-        layer_norm_eps=1e-12,
-        num_labels=shape.labels,
-        attn_implementation=attn_implementation,
-    )
+    config = TurnerConfig(**shape.fields(), hidden_act="gelu", attn_implementation=attn_implementation, is_causal=False)
     return TurnerForImageClassification(config)
 
 
 def vit_image(shape: ImageShape, attn_implementation: str = "sdpa") -> ViTForImageClassification:
-    config = ViTConfig(
-        hidden_size=shape.features,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        intermediate_size=4 * shape.features,
-        image_size=shape.image_size,
-        patch_size=shape.patch_size,
-        num_channels=3,
-        hidden_act="gelu",
-        layer_norm_eps=1e-12,
-        qkv_bias=True,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=shape.labels,
-        attn_implementation=attn_implementation,
-    )
+    config = ViTConfig(**shape.fields(), hidden_act="gelu", attn_implementation=attn_implementation, qkv_bias=True)
     return ViTForImageClassification(config)  # no pooler: ViTModel(add_pooling_layer=False)
 
 

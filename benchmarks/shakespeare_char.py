@@ -32,15 +32,9 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    markdown_table,
-    start_run,
-    write_json,
-)
-from turner_tfm import TurnerConfig, TurnerForCausalLM
+from benchmarks import benchutils
+from benchmarks.peers import LMShape, turner_config
+from turner_tfm import TurnerForCausalLM
 
 
 class CharCodec:
@@ -119,20 +113,10 @@ def validation_loss(
 
 
 def build_model(args: argparse.Namespace, vocab_size: int) -> TurnerForCausalLM:
-    config = TurnerConfig(
-        vocab_size=vocab_size,
-        hidden_size=args.features,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        max_position_embeddings=args.context,
-        hidden_dropout=args.dropout,
-        attention_dropout=args.dropout,
-        attention_bias=args.bias,
-        mlp_bias=args.bias,
-        hidden_act=args.act,
-        position_embedding_type=args.positions,
-        tie_word_embeddings=True,
-    )
+    shape = LMShape(args.layers, args.heads, args.features, context=args.context, vocab=vocab_size)
+    dropout = {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}
+    bias = {"attention_bias": args.bias, "mlp_bias": args.bias}
+    config = turner_config(shape, **dropout, **bias, hidden_act=args.act, position_embedding_type=args.positions)
     torch.manual_seed(args.seed)
     return TurnerForCausalLM(config)
 
@@ -142,9 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("text", type=Path, help="a UTF-8 text file (first 90%% trains, last 10%% validates)")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--features", type=int, default=128)
+    benchutils.add_shape_arguments(parser, layers=4, heads=4, features=128)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--steps", type=int, default=2000)
@@ -164,13 +146,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logging-steps", type=int, default=100)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/turner_shakespeare_char"))
     parser.add_argument("--save", action="store_true", help="save the trained model to --output-dir/final")
-    add_run_arguments(parser, seed=1337)
+    benchutils.add_run_arguments(parser, seed=1337)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     text = args.text.read_text(encoding="utf-8")
     codec = CharCodec(text)
     data = codec.encode(text)
@@ -217,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.save:
         trainer.save_model(str(args.output_dir / "final"))
 
-    finish_run(env)
+    benchutils.finish_run(env)
     result = {
         "benchmark": "shakespeare_char",
         "environment": env,
@@ -241,10 +223,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     if extra:
         rows.insert(1, [f"validation loss (sliding, stride {extra['stride']})", f"{extra['loss']:.4f}"])
-    print(environment_markdown(env))
-    print()
-    print(markdown_table(["shakespeare_char", "value"], rows))
-    write_json(args.json, result)
+    benchutils.print_report(env, benchutils.markdown_table(["shakespeare_char", "value"], rows))
+    benchutils.write_json(args.json, result)
     return result
 
 
