@@ -30,15 +30,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.benchutils import (
-    add_run_arguments,
-    environment_markdown,
-    finish_run,
-    fmt_load,
-    markdown_table,
-    start_run,
-    write_json,
-)
+from benchmarks import benchutils
 from turner_tfm import TurnerConfig, TurnerModel
 
 MIB = 2**20
@@ -101,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1)
-    add_run_arguments(parser, seed=None)
+    benchutils.add_run_arguments(parser, seed=None)
     return parser.parse_args(argv)
 
 
@@ -111,10 +103,10 @@ def growth(values: list[int], i: int) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = start_run(args.threads)
+    env = benchutils.start_run(args.threads)
     lengths = sorted(args.lengths)
     results = []
-    print(environment_markdown(env))
+    print(benchutils.environment_markdown(env))
     for mode in args.modes:
         peaks: dict[str, list[int]] = {}
         seconds: dict[str, list[float]] = {}
@@ -145,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ]
         header = ["N", "eager MiB", "eager growth", "sdpa MiB", "sdpa growth", "eager / sdpa", "one BxHxNxN fp32 MiB"]
         print(f"\n{mode}: TurnerModel, {args.layers} block(s), D={args.features}, H={args.heads}, batch {args.batch}\n")
-        print(markdown_table(header, rows))
+        print(benchutils.markdown_table(header, rows))
         print(
             "\nGrowth = peak(N) / peak(N/2): 2x is linear, 4x quadratic. Exponent over the last doubling: "
             + ", ".join(f"{impl} {e:.2f}" for impl, e in exponents.items() if e is not None)
@@ -161,14 +153,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "exponent_last_doubling": exponents,
             }
         )
-    print(f"\nLoad average {fmt_load(finish_run(env))}; peak bytes do not depend on it.")
-    payload = {"benchmark": "attention_memory", "environment": env, "args": vars(args) | {"json": str(args.json)}}
-    payload |= {
-        "method": "peak of torch.profiler(profile_memory=True) Total Allocated during the call",
-        "results": results,
-    }
-    write_json(args.json, payload)
-    return payload
+    print(f"\nLoad average {benchutils.fmt_load(benchutils.finish_run(env))}; peak bytes do not depend on it.")
+    method = "peak of torch.profiler(profile_memory=True) Total Allocated during the call"
+    return benchutils.save_run(args, "attention_memory", env, method=method, results=results)
 
 
 if __name__ == "__main__":
