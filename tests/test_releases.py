@@ -18,13 +18,21 @@ import torch
 from datasets import Dataset
 from packaging.requirements import Requirement
 from packaging.version import Version
-from transformers import DynamicCache, StaticCache, Trainer, TrainingArguments
+from transformers import (
+    DynamicCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaModel,
+    StaticCache,
+    Trainer,
+    TrainingArguments,
+)
 
 from turner_tfm import TurnerForCausalLM, TurnerModel, TurnerPreTrainedModel
 from turner_tfm.compat_turner import CACHE_NAME, OLD_CACHE_NAME, named_cache, output_cache
 
 from .conftest import _DeprecatedCallRecorder
-from .tiny import random_ids, text_config
+from .tiny import TEXT_DEFAULTS, random_ids, text_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -46,7 +54,7 @@ def test_a_forward_given_a_cache_under_a_name_it_does_not_read_raises(causal_lm,
             model(ids[:, 5:], **{name: cache})
 
 
-@pytest.mark.parametrize("name", ["mask", "padding_mask", "positions", "cache_position", "past_length"])
+@pytest.mark.parametrize("name", ["mask", "padding_mask", "positions", "past_length"])
 def test_a_mask_or_position_under_a_name_the_model_does_not_take_raises(causal_lm, name):
     with torch.no_grad(), pytest.raises(ValueError, match=rf"does not take `{name}`"):
         causal_lm(random_ids(1, 4), **{name: torch.ones(1, 4, dtype=torch.long)})
@@ -68,10 +76,54 @@ def test_a_cache_passed_under_either_name_gives_the_same_next_token_logits(causa
             assert len(deprecations) == (name == OLD_CACHE_NAME and CACHE_NAME != OLD_CACHE_NAME)
 
 
-def test_a_cache_under_both_names_is_refused(causal_lm):
-    cache = DynamicCache(config=causal_lm.config)
-    with pytest.raises(ValueError, match="both `cache` and `past_key_values`"):
-        causal_lm(random_ids(1, 3), cache=cache, past_key_values=DynamicCache(config=causal_lm.config))
+def llama_of_the_same_shape(model_class: type) -> torch.nn.Module:
+    """The in-library anchor for a Turner class: Llama's model or causal LM of the tiny text config's shape."""
+    config = LlamaConfig(**{name: TEXT_DEFAULTS[name] for name in LLAMA_FIELDS})
+    return (LlamaForCausalLM if model_class is TurnerForCausalLM else LlamaModel)(config).eval()
+
+
+LLAMA_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def old_name_warnings(model: torch.nn.Module, ids: torch.Tensor) -> list[tuple]:
+    """What transformers' `test_bc_cache_name_forward` records: a call with `past_key_values` in a fresh
+    `catch_warnings(record=True)` and no filter of its own (Python's "default" action: once per call site, until
+    the filters change)."""
+    with warnings.catch_warnings(record=True) as caught:
+        outputs = model(ids, use_cache=True, past_key_values=DynamicCache(config=model.config))
+    assert output_cache(outputs).get_seq_length() == ids.shape[1]  # the cache passed under the old name was used
+    named = type(model).__name__
+    return [(w.category, str(w.message).replace(named, "<model>"), w.filename, w.lineno) for w in caught]
+
+
+@pytest.mark.parametrize("model_class", [TurnerModel, TurnerForCausalLM])
+def test_the_old_cache_name_warns_on_every_call_as_llama_does(model_class):
+    """On 5.24 a FutureWarning each time, from the same place as Llama's (transformers' `deprecate_kwarg`, outermost),
+    also right after another call and twice in a row; before 5.24 `past_key_values` is the current name: silence."""
+    torch.manual_seed(0)
+    turner, llama = model_class(text_config()).eval(), llama_of_the_same_shape(model_class)
+    ids = random_ids(2, 5)
+    with torch.no_grad():
+        for model in (turner, llama):
+            model(ids, use_cache=True)  # a test-like call before, as in a full run
+        calls = [(old_name_warnings(turner, ids), old_name_warnings(llama, ids)) for _ in range(2)]
+    for turner_warnings, llama_warnings in calls:
+        assert turner_warnings == llama_warnings
+        assert len(turner_warnings) == (CACHE_NAME != OLD_CACHE_NAME)
+        assert all(warning[1].startswith("`past_key_values` is deprecated") for warning in turner_warnings)
+
+
+def test_a_cache_under_both_names_is_read_as_cache_with_a_warning_or_refused(causal_lm):
+    """5.24, as transformers' models: a FutureWarning and `cache` is the one read. Before 5.24 (where transformers'
+    models take only `past_key_values`): refused, since both name the same argument."""
+    cache, other = DynamicCache(config=causal_lm.config), DynamicCache(config=causal_lm.config)
+    if CACHE_NAME == OLD_CACHE_NAME:
+        with pytest.raises(ValueError, match="both `cache` and `past_key_values`"):
+            causal_lm(random_ids(1, 3), cache=cache, past_key_values=other)
+        return
+    with torch.no_grad(), pytest.warns(FutureWarning, match="Both `past_key_values` and `cache` are set"):
+        causal_lm(random_ids(1, 3), use_cache=True, cache=cache, past_key_values=other)
+    assert (cache.get_seq_length(), other.get_seq_length()) == (3, 0)
 
 
 def test_outputs_carry_the_cache_under_this_releases_name_only(causal_lm):

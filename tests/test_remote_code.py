@@ -2,6 +2,7 @@
 through every Auto class of its modality whichever class saved it."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from turner_tfm import (
 )
 from turner_tfm.hub_turner import AUTO_CLASSES
 
+from .convert_helpers import word_tokenizer
 from .tiny import image_config, random_ids, text_config
 
 # Every class a folder can be saved as, with a config of its modality. Each folder must load through every Auto class
@@ -140,3 +142,44 @@ def test_every_auto_class_of_the_modality_loads_whichever_class_was_saved(saved,
     torch.testing.assert_close(remote_output, local_output, rtol=1e-6, atol=1e-6)
     if classes[auto_name] == model_class.__name__:
         torch.testing.assert_close(remote_output, saved_output, rtol=1e-6, atol=1e-6)
+
+
+# Loads a saved folder's tokenizer where `import turner_tfm` fails, with `trust_remote_code=False`, and prints the ids
+# of argv[2].
+TOKENIZER_LOADER = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["turner_tfm"] = None
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=False)
+    print(json.dumps(tokenizer(sys.argv[2])["input_ids"]))
+    """
+)
+
+
+def test_a_saved_tokenizer_loads_without_the_package_and_without_a_prompt(tmp_path):
+    """A tokenizer needs no model code. transformers' `AutoTokenizer` (5.23 and 5.24) reads the folder's config first,
+    whose `auto_map` names `AutoConfig` (which every Auto model class needs): with `trust_remote_code` unset and an
+    open stdin it asks, and waits 15 s. `trust_remote_code=False` reads the config as a plain one and asks nothing;
+    the tokenizer is the one saved."""
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "lm")
+    word_tokenizer({"pad_token": "<pad>", "unk_token": "<unk>"}).save_pretrained(tmp_path / "lm")
+    text = "the big cat sat on a red mat"
+    read_end, write_end = os.pipe()  # a stdin that stays open (as a notebook's) until the loader is done
+    try:
+        result = subprocess.run(
+            [sys.executable, "-I", "-c", TOKENIZER_LOADER, str(tmp_path / "lm"), text],
+            cwd=tmp_path,
+            env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
+            stdin=read_end,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
+    expected = transformers.AutoTokenizer.from_pretrained(tmp_path / "lm")(text)["input_ids"]
+    assert json.loads(result.stdout.splitlines()[-1]) == expected

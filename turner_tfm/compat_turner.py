@@ -12,13 +12,13 @@ import dataclasses
 import functools
 import inspect
 import re
-import warnings
 from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import Cache
 from transformers.generation.continuous_batching.cache import PagedAttentionCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.utils.deprecation import deprecate_kwarg
 
 # The name this release gives the cache in model inputs and outputs: "cache" from 5.24, "past_key_values" before.
 CACHE_NAME = (
@@ -34,6 +34,9 @@ ATTENTION_WRITES_PAGED_CACHE = CACHE_NAME == OLD_CACHE_NAME
 # A keyword a Turner forward does not take flows on to the attention function (a serving engine's own, or generate()'s
 # extras, as in transformers' models), unless it holds a cache or names one, a mask or a position: nothing reads those.
 NEVER_PASSED_ON = re.compile(r"cache|mask|position|past")
+# Read from the keyword arguments by the backbone, not declared (generate() hands a declared `cache_position` to remote
+# code with a deprecation notice): `cache_position`, checked against the positions the model derives.
+TAKEN_FROM_KWARGS = frozenset({"cache_position"})
 
 
 def named_cache(cache: Cache | PagedAttentionCache | None) -> dict:
@@ -66,35 +69,35 @@ def update_cache(
 
 
 def takes_cache(forward: Callable) -> Callable:
-    """Decorate a Turner forward that takes `cache`: `past_key_values=` is read as `cache` (a FutureWarning where this
-    release already says `cache`, as transformers' own models warn), and a cache, mask or position passed under a name
-    that the forward does not take raises a `ValueError` naming it: nothing would
-    read it, and decoding without a cache (or attending without a mask) is silently wrong."""
-    reads = frozenset(inspect.signature(forward).parameters)
+    """Decorate a Turner forward that takes `cache`: `past_key_values=` is read as `cache`, and a cache, mask or
+    position passed under a name that the forward does not take raises a `ValueError` naming it: nothing would read it,
+    and decoding without a cache (or attending without a mask) is silently wrong.
+
+    Where this release already says `cache`, the old name goes through transformers' own `deprecate_kwarg`, outermost,
+    exactly as in its models (GPT-2, Llama): the same FutureWarning, attributed to the caller, on every call. Before,
+    `past_key_values` is the current name (generate() passes it) and is read silently."""
+    reads = frozenset(inspect.signature(forward).parameters) | TAKEN_FROM_KWARGS
 
     @functools.wraps(forward)
     def forward_taking_cache(self, *args, **kwargs):
         if OLD_CACHE_NAME in kwargs:
-            _rename_old_cache(type(self).__name__, kwargs)
+            _read_current_name(type(self).__name__, kwargs)
         for name in kwargs.keys() - reads:
             _refuse_if_unread(type(self).__name__, name, kwargs[name])
         return forward(self, *args, **kwargs)
 
-    return forward_taking_cache
+    if CACHE_NAME == OLD_CACHE_NAME:
+        return forward_taking_cache
+    return deprecate_kwarg(OLD_CACHE_NAME, version="5.40.0", new_name="cache")(forward_taking_cache)
 
 
-def _rename_old_cache(model_name: str, kwargs: dict) -> None:
+def _read_current_name(model_name: str, kwargs: dict) -> None:
+    """Before transformers 5.24: `past_key_values` is this release's name for `cache`."""
     if kwargs.get("cache") is not None:
         raise ValueError(
-            f"{model_name}.forward got both `cache` and `past_key_values`: they name the same argument; pass `cache`."
+            f"{model_name}.forward got both `cache` and `past_key_values`: they name the same argument; pass one."
         )
     kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
-    if CACHE_NAME != OLD_CACHE_NAME:
-        warnings.warn(
-            f"`past_key_values` is deprecated for {model_name}.forward, as in transformers' own models: pass `cache`.",
-            FutureWarning,
-            stacklevel=3,
-        )
 
 
 def _refuse_if_unread(model_name: str, name: str, value: object) -> None:
