@@ -123,13 +123,6 @@ def test_static_cache_decode_step_compiles_with_inductor(model):
     assert torch.equal(compiled_static_generate(model, ids, backend="inductor"), greedy(model, ids))
 
 
-def test_training_forward_builds_no_cache(model):
-    model.train()
-    assert output_cache(model(random_ids(2, 5), use_cache=True)) is None
-    model.eval()
-    assert output_cache(model(random_ids(2, 5), use_cache=True)) is not None
-
-
 class EditWeightsOnce(StoppingCriteria):
     """A stopping criterion that, at the third decoding step, records how every parameter is stored and zeroes
     `up_proj` of block 0 in place, as a user's hook might."""

@@ -323,9 +323,10 @@ def test_sequence_pooling_ignores_padding_on_either_side(pooling):
     left = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], dim=1)
     with torch.no_grad():
         alone = model(ids).logits
-        assert torch.allclose(model(right).logits, alone, atol=1e-5)
+        assert torch.allclose(model(right, attention_mask=(right != 0).long()).logits, alone, atol=1e-5)
+        left_positions = torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4]])
         assert torch.allclose(
-            model(left, position_ids=torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4]])).logits, alone, atol=1e-5
+            model(left, attention_mask=(left != 0).long(), position_ids=left_positions).logits, alone, atol=1e-5
         )
 
 

@@ -7,6 +7,7 @@ these functions; `save_pretrained` copies this file beside it.
 """
 
 import torch
+from transformers.cache_utils import Cache
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
 from .configuration_turner import TurnerConfig
@@ -191,10 +192,8 @@ def check_position_ids(
 ) -> None:
     """Learned positions stop at `max_position_embeddings`. Positions derived from the sequence (by the model, or by
     generate()) never exceed its length, so within the table they need no read."""
-    if config.position_embedding_type != "learned":
-        return
-    limit = config.max_position_embeddings
-    if derived and total_length is not None and total_length <= limit:
+    limit = config.max_positions
+    if limit is None or (derived and total_length is not None and total_length <= limit):
         return
     _check_range(
         "position_ids",
@@ -232,3 +231,37 @@ def check_modality(model_name: str, config: TurnerConfig, image: bool) -> None:
     if config.is_image_model != image:
         wanted = "an image config (set image_size)" if image else "a text config (image_size=None)"
         raise ValueError(f"{model_name} needs {wanted}; got image_size={config.image_size!r}.")
+
+
+def check_cache(config: TurnerConfig, cache: object | None) -> object | None:
+    """The cache a forward pass may use. A bidirectional model (`is_causal=False`) keeps none: each new token would
+    change the keys and values of every earlier one (the incremental property of §4.1 needs the causal mask), so an
+    empty cache is left unused, as BERT's encoder does, and one that already holds tokens is refused."""
+    if config.is_causal or cache is None:
+        return cache
+    if isinstance(cache, Cache) and cache.get_seq_length() == 0:
+        return None
+    raise _invalid_input(
+        "cache",
+        f"holding {cache.get_seq_length() if isinstance(cache, Cache) else 'tokens'} tokens",
+        "this model is bidirectional (is_causal=False): a new token changes every earlier token's keys and values, "
+        "so it cannot continue from a cache; pass the whole sequence",
+    )
+
+
+def check_cache_position(cache_position: torch.Tensor | None, past_length: int | torch.Tensor, length: int) -> None:
+    """`cache_position`, which older decoding loops pass, must be where the model writes this step's keys and values
+    anyway: `past_length, ..., past_length + length - 1`. The model derives them itself, so nothing else reads it."""
+    if cache_position is None:
+        return
+    expected = f"the cache slots of this step, {past_length}..{past_length + length - 1} (or leave it out)"
+    if not isinstance(cache_position, torch.Tensor) or cache_position.shape != (length,):
+        raise _invalid_input(
+            "cache_position",
+            _shape(cache_position) if isinstance(cache_position, torch.Tensor) else repr(cache_position),
+            f"expected a tensor of shape ({length},): {expected}",
+        )
+    if _checks_enabled(cache_position):
+        slots = torch.arange(length) + past_length
+        if not torch.equal(cache_position.cpu().long(), slots):
+            raise _invalid_input("cache_position", f"{cache_position.tolist()}", expected)

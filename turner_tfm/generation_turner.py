@@ -8,9 +8,12 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
 from .compat_turner import CACHE_NAME
+
+logger = logging.get_logger(__name__)
 
 
 class TurnerDynamicLayer(DynamicLayer):
@@ -36,6 +39,10 @@ class TurnerDynamicLayer(DynamicLayer):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if is_torchdynamo_compiling() or (torch.is_grad_enabled() and key_states.requires_grad):
+            if not self.get_seq_length():  # as concatenating to nothing, without the copy (a training step's cache)
+                self.lazy_initialization(key_states, value_states)
+                self.keys, self.values = key_states, value_states
+                return self.keys, self.values
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -119,6 +126,12 @@ class TurnerGenerationMixin(GenerationMixin):
     ) -> None:
         """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
         and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
+        if not self.config.is_causal:
+            logger.warning_once(
+                f"{type(self).__name__} is bidirectional (is_causal=False): generate() runs without a cache, since "
+                "every new token changes the keys and values of the earlier ones."
+            )
+            generation_config.use_cache = False
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):

@@ -40,6 +40,8 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
+    check_cache,
+    check_cache_position,
     check_causal_lm_labels,
     check_classification_labels,
     check_image_inputs,
@@ -55,9 +57,9 @@ from .parallel_turner import TurnerParallelMixin
 from .pooling_turner import (
     first_real_token,
     packed_sequence_index,
-    padding_mask_or_packed_row,
     pool_hidden_states,
     pool_packed_sequences,
+    pooling_mask,
 )
 
 
@@ -453,7 +455,14 @@ class TurnerModel(TurnerPreTrainedModel):
             use_cache = False
         else:
             hidden_states, cache, position_ids = self._embed_text(
-                input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, cache, use_cache
+                input_ids,
+                inputs_embeds,
+                attention_mask,
+                position_ids,
+                token_type_ids,
+                cache,
+                use_cache,
+                kwargs.pop("cache_position", None),
             )
         mask = self._attention_mask(hidden_states, attention_mask, cache, position_ids, packed)
         rotations = self._rotations(hidden_states, position_ids)
@@ -481,13 +490,17 @@ class TurnerModel(TurnerPreTrainedModel):
         token_type_ids: torch.LongTensor | None,
         cache: Cache | None,
         use_cache: bool | None,
+        cache_position: torch.LongTensor | None,
     ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        if use_cache and cache is None and self.config.is_causal and not self.training:
-            # only a causal model reads its keys and values back (§4.1), and never while training
+        cache = check_cache(self.config, cache)
+        if use_cache and cache is None and self.config.is_causal:  # only a causal model reads its keys back (§4.1)
             cache = appending_cache(DynamicCache(config=self.config))
         past_seen = cached_length(cache)
         total_length = check_text_forward(
             self.config, input_ids, inputs_embeds, token_type_ids, attention_mask, past_seen, values=not self.decoding
+        )
+        check_cache_position(
+            cache_position, past_seen, (input_ids if input_ids is not None else inputs_embeds).shape[1]
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
@@ -518,19 +531,13 @@ class TurnerModel(TurnerPreTrainedModel):
     ) -> torch.Tensor | None:
         """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding. In a
         packed row (`packed`: the caller's positions restart at each sequence, no padding mask) every token attends
-        only within its own sequence: transformers finds the sequences for the causal mask, here for the full one."""
-        if self.config.is_causal:
-            return create_causal_mask(
-                config=self.config,
-                inputs_embeds=hidden_states,
-                attention_mask=attention_mask,
-                position_ids=position_ids if packed else None,  # derived positions are one sequence: nothing to find
-                **named_cache(cache),
-            )
+        only within its own sequence. The sequences are found here, on the first pass of a fresh cache too (the model
+        makes one in eval mode): transformers' own detection is skipped whenever a cache is passed."""
         sequences = None
         if packed and cached_length(cache) == 0:
             sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
-        return create_bidirectional_mask(
+        make_mask = create_causal_mask if self.config.is_causal else create_bidirectional_mask
+        return make_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
@@ -677,7 +684,6 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label);
             for a packed row, `batch` is its number of sequences.
         """
-        attention_mask = padding_mask_or_packed_row(input_ids, attention_mask, position_ids, self.config.pad_token_id)
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
         outputs = self.model(
             input_ids=input_ids,
@@ -688,7 +694,9 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             use_cache=False,
             **kwargs,
         )
-        logits = self._classify(outputs, attention_mask, sequence_index)
+        logits = self._classify(
+            outputs, pooling_mask(input_ids, attention_mask, self.config.pad_token_id), sequence_index
+        )
         return SequenceClassifierOutputWithPast(
             loss=self._classification_loss(logits, labels),
             logits=logits,

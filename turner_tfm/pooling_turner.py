@@ -72,15 +72,14 @@ def packed_sequence_index(
     return sequence_index
 
 
-def padding_mask_or_packed_row(
-    input_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-    position_ids: torch.Tensor | None,
-    pad: int | None,
+def pooling_mask(
+    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, pad: int | None
 ) -> torch.Tensor | None:
-    """The classifier's attention mask: the caller's, else one read from the padding tokens. A row with positions,
-    no mask and no padding token may be a packed row, and keeps no mask (`packed_sequence_index` reads it)."""
-    if attention_mask is not None or input_ids is None or pad is None:
+    """The tokens a classifier pools, as a 2-D padding mask: the caller's, else (no mask, or a 4-D one) those that are
+    not `pad` (as GPT-2 finds its last token), else None (every token). Padding ids choose what is pooled only, never
+    what is attended: a pad id inside the text (GPT-2's eos as a separator) stays visible to attention."""
+    if attention_mask is not None and attention_mask.ndim == 2:
         return attention_mask
-    padding = input_ids == pad
-    return (~padding).long() if position_ids is None or bool(padding.any()) else None
+    if input_ids is None or pad is None:
+        return None
+    return (input_ids != pad).long()
