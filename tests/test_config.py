@@ -8,17 +8,23 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from transformers import AutoConfig, PreTrainedConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForImageClassification,
+    AutoModelForSequenceClassification,
+    PreTrainedConfig,
+)
 from transformers.activations import ACT2FN
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
-from turner_tfm import TurnerConfig
+from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForImageClassification
 
-from .tiny import image_config, text_config
+from .tiny import image_config, random_ids, text_config
 
 
 def test_auto_config_builds_a_turner_config_with_derived_defaults():
@@ -272,10 +278,15 @@ def test_an_invalid_assignment_after_construction_is_refused_at_once(field, valu
         (text_config, {"classifier_pooling": "cls"}, "classifier_pooling", "is_causal=False"),
         (text_config, {"position_embedding_type": "rotary", "head_dim": 9}, "head_dim", "even head_dim"),
         (text_config, {"position_embedding_size": 8}, "position_embedding_size", "position_embedding_combine='add'"),
-        (text_config, {"position_embedding_combine": "concat"}, "tie_word_embeddings", "tie_word_embeddings=False"),
+        (
+            text_config,
+            {"position_embedding_combine": "concat", "tie_word_embeddings": True},
+            "tie_word_embeddings",
+            "tie_word_embeddings=False",
+        ),
         (text_config, {"vocab_size": 2}, "eos_token_id", "token id in [0, 2)"),
         (image_config, {"patch_size": 5}, "patch_size", "divide image_size=16"),
-        (image_config, {"image_size": 32}, "max_position_embeddings", "65 positions"),
+        (image_config, {"max_position_embeddings": 64}, "max_position_embeddings", "17 positions"),
         (image_config, {"type_vocab_size": 2}, "type_vocab_size", "no token types"),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
@@ -302,6 +313,121 @@ def test_a_derived_field_set_back_to_none_is_derived_again_when_the_saved_config
     config.save_pretrained(tmp_path)
     loaded = AutoConfig.from_pretrained(tmp_path)
     assert (loaded.num_attention_heads, loaded.head_dim, loaded.intermediate_size) == (8, 4, 128)
+
+
+# Issue 35, item 4: a config edited after it is built, or overridden by from_pretrained, builds the model the
+# constructor builds from the same values, or is refused as the constructor refuses it.
+
+TEXT = dict(vocab_size=99, num_hidden_layers=2, max_position_embeddings=64)
+
+
+def fields_of(config: TurnerConfig) -> dict:
+    """Turner's own fields (not `PreTrainedConfig`'s, such as `transformers_version`)."""
+    base = {field.name for field in dataclasses.fields(PreTrainedConfig)}
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.name not in base}
+
+
+def assert_same_model(edited: TurnerConfig, built: TurnerConfig) -> None:
+    """Same parameter shapes, and the same logits once both hold the same weights."""
+    torch.manual_seed(0)
+    model, reference = TurnerForCausalLM(edited).eval(), TurnerForCausalLM(built).eval()
+    shapes = {name: tensor.shape for name, tensor in reference.state_dict().items()}
+    assert {name: tensor.shape for name, tensor in model.state_dict().items()} == shapes
+    model.load_state_dict(reference.state_dict())
+    ids = random_ids(2, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["built", "saved-and-loaded"])
+@pytest.mark.parametrize(
+    "own",
+    [{}, {"head_dim": 8}, {"intermediate_size": 37}, {"position_embedding_combine": "concat"}],
+    ids=["all-derived", "own-head_dim", "own-intermediate_size", "concat"],
+)
+def test_assigning_width_and_heads_builds_the_model_the_constructor_builds(own, loaded, tmp_path):
+    """`head_dim`, `intermediate_size` (and concatenated positions' width) follow D and H, unless they hold a value of
+    their own; a folder saved with the derived values written out loads with them and follows edits the same way."""
+    config = TurnerConfig(**TEXT, hidden_size=32, num_attention_heads=2, **own)
+    if loaded:
+        config.save_pretrained(tmp_path)
+        assert json.loads((tmp_path / "config.json").read_text())["head_dim"] == config.head_dim
+        config = AutoConfig.from_pretrained(tmp_path)
+    config.hidden_size, config.num_attention_heads = 48, 4
+    built = TurnerConfig(**TEXT, hidden_size=48, num_attention_heads=4, **own)
+    assert (config.head_dim, config.intermediate_size) == (built.head_dim, built.intermediate_size)
+    assert fields_of(config) == fields_of(built)
+    assert_same_model(config, built)
+
+
+def test_a_derived_field_assigned_none_is_derived_at_once():
+    config = TurnerConfig(**TEXT, hidden_size=32, num_attention_heads=4, head_dim=16)
+    config.head_dim = None
+    assert config.head_dim == 8
+    config.position_embedding_combine = None  # derived again from position_embedding_size (None): added positions
+    assert config.position_embedding_combine == "add"
+
+
+def test_from_pretrained_image_size_override_resizes_the_positions_as_vit_does(tmp_path):
+    """The higher-resolution recipe: positions follow image_size / patch_size, and only they are re-initialised."""
+    torch.manual_seed(0)
+    source = TurnerForImageClassification(image_config()).eval()
+    source.save_pretrained(tmp_path)
+    model = AutoModelForImageClassification.from_pretrained(tmp_path, image_size=64, ignore_mismatched_sizes=True)
+    assert (model.config.image_size, model.config.num_patches, model.config.max_position_embeddings) == (64, 256, 257)
+    assert fields_of(model.config) == fields_of(image_config(image_size=64))
+    with torch.no_grad():
+        logits = model.eval()(pixel_values=torch.randn(2, 3, 64, 64)).logits
+    assert logits.shape == (2, 3) and torch.isfinite(logits).all()
+    weights = {name: tensor for name, tensor in source.state_dict().items() if "position" not in name}
+    assert weights and all(torch.equal(model.state_dict()[name], tensor) for name, tensor in weights.items())
+
+
+@pytest.fixture
+def causal_lm_folder(tmp_path):
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "allowed"),
+    [
+        ({"classifier_pooling": "cls"}, "`classifier_pooling`='cls'", "attends only to itself"),
+        ({"use_pooler": True}, "`use_pooler`=True", "it needs classifier_pooling='cls'"),
+    ],
+)
+def test_a_classifier_reading_the_first_token_of_a_causal_folder_is_refused_on_load(
+    causal_lm_folder, override, field, allowed
+):
+    """As `TurnerConfig(is_causal=True, **override)` is: the causal mask is the saved model's, and never flips."""
+    with pytest.raises(ValueError) as constructor:
+        text_config(is_causal=True, **override)
+    with pytest.raises(ValueError) as loading:
+        AutoModelForSequenceClassification.from_pretrained(causal_lm_folder, **override)
+    assert field in str(loading.value) and allowed in str(loading.value)
+    assert str(loading.value) == str(constructor.value)
+    with pytest.raises(ValueError, match=field):
+        AutoConfig.from_pretrained(causal_lm_folder, **override)
+
+
+def test_a_bidirectional_override_lets_the_first_token_be_read(causal_lm_folder):
+    config = AutoConfig.from_pretrained(causal_lm_folder, use_pooler=True, is_causal=False)
+    assert (config.is_causal, config.classifier_pooling) == (False, "cls")
+    assert fields_of(config) == fields_of(text_config(use_pooler=True))
+
+
+@pytest.mark.parametrize(
+    ("make", "positions"),
+    [
+        (text_config, 64),
+        (lambda: text_config(position_embedding_type="sinusoidal"), None),
+        (lambda: text_config(position_embedding_type="rotary"), None),
+        (lambda: text_config(position_embedding_type="none"), None),
+        (image_config, 17),
+    ],
+)
+def test_max_positions_is_the_learned_table_or_no_limit(make, positions):
+    assert make().max_positions == positions
 
 
 # A strategy for each TurnerConfig field: values the field accepts on its own (some combinations are refused)

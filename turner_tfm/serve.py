@@ -155,7 +155,7 @@ class ServedModel:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.max_positions = config.max_position_embeddings
-        learned = getattr(config, "position_embedding_type", "learned") == "learned"
+        learned = getattr(config, "max_positions", self.max_positions) is not None  # older remote code lacks it
         self.limit = (
             f"the model's learned positions (max_position_embeddings) allow {self.max_positions}"
             if learned
