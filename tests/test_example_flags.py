@@ -52,7 +52,7 @@ def test_every_turner_config_field_that_fits_the_task_is_a_flag_with_the_configs
 def causal_lm_arguments(argv: list[str]) -> tuple:
     module = importlib.import_module("examples.train_causal_lm")
     types = (module.ModelArguments, module.DataTrainingArguments, TrainingArguments)
-    return training.parse_arguments(types, argv, output_dir="out", max_steps=300)
+    return training.parse_arguments(types, argv, output_dir="out", max_steps=300, per_device_train_batch_size=16)
 
 
 def test_flags_in_both_spellings_reach_the_config_and_unset_ones_keep_its_defaults() -> None:
@@ -65,6 +65,7 @@ def test_flags_in_both_spellings_reach_the_config_and_unset_ones_keep_its_defaul
     assert (config.position_embedding_type, config.rope_theta, config.normalization) == ("rotary", 500, "rmsnorm")
     assert config.share_query_key and not config.mlp_bias and config.hidden_size == 128
     assert training_args.max_steps == 7 and training_args.learning_rate == training.TRAINING_DEFAULTS["learning_rate"]
+    assert training_args.per_device_train_batch_size == 16  # the script's default over the common one
     assert (training_args.eval_strategy, training_args.save_strategy) == ("no", "no")  # without --eval/save_steps
     _, _, training_args = causal_lm_arguments(["--save_steps", "8", "--eval-steps", "4"])
     assert (training_args.eval_strategy, training_args.save_strategy, training_args.save_steps) == ("steps", "steps", 8)

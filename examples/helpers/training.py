@@ -116,8 +116,9 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str] | None = 
     (flags after it win). Joins the process group of a multi-process run on CPUs before `TrainingArguments` does, and
     resolves --resume_from_checkpoint true|auto. A bad value or combination exits with the usage and the error."""
     parser = HfArgumentParser(dataclass_types)
-    parser.set_defaults(**TRAINING_DEFAULTS, dataloader_pin_memory=torch.cuda.is_available(), **defaults)
-    parser.set_defaults(use_cpu=distributed_without_gpu())  # several processes without a GPU: on the CPU, gloo
+    parser.set_defaults(dataloader_pin_memory=torch.cuda.is_available(), use_cpu=distributed_without_gpu())
+    parser.set_defaults(**TRAINING_DEFAULTS)
+    parser.set_defaults(**defaults)  # the script's own, over the common ones
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0].endswith(ARGUMENTS_FILES):
         parser.set_defaults(**yaml.safe_load(Path(argv.pop(0)).read_text(encoding="utf-8")))  # JSON is YAML too
