@@ -52,11 +52,8 @@ def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: 
         raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
 
 
-def check_text_inputs(
-    config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, values: bool = True
-) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary
-    (unless `values` is False: ids the model produced itself)."""
+def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
     if (input_ids is None) == (inputs_embeds is None):
         given = "both" if input_ids is not None else "neither"
         raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
@@ -67,8 +64,7 @@ def check_text_inputs(
                 _shape_and_dtype(input_ids),
                 "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
             )
-        if values:
-            _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
+        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
     elif (
         inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
     ):
@@ -79,12 +75,8 @@ def check_text_inputs(
         )
 
 
-def check_token_type_ids(
-    config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size, values: bool = True
-) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment).
-
-    `values=False` checks the shape only (generate() repeats the types it was given, checked on the first step)."""
+def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
+    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
     if token_type_ids is None:
         return
     if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
@@ -95,8 +87,7 @@ def check_token_type_ids(
         allowed = f"types must be in [0, {config.type_vocab_size})"
     else:
         allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    if values:
-        _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
+    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
@@ -212,14 +203,12 @@ def check_text_forward(
     token_type_ids: torch.Tensor | None,
     attention_mask: torch.Tensor | None,
     past_length: int | torch.Tensor,
-    values: bool = True,
 ) -> int | None:
-    """Everything a text forward pass takes, before it is used (`values=False`: shapes only, for ids the model drew
-    itself inside generate()'s decoding loop). Returns the length of past and current tokens together, or None where
-    reading it would sync a device (`_host_int`)."""
-    check_text_inputs(config, input_ids, inputs_embeds, values=values)
+    """Everything a text forward pass takes, before it is used. Returns the length of past and current tokens
+    together, or None where reading it would sync a device (`_host_int`)."""
+    check_text_inputs(config, input_ids, inputs_embeds)
     input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    check_token_type_ids(config, token_type_ids, input_shape, values=values)
+    check_token_type_ids(config, token_type_ids, input_shape)
     total_length = _host_int(past_length + input_shape[1])
     if total_length is not None:
         check_attention_mask(attention_mask, input_shape[0], total_length)

@@ -2,9 +2,6 @@
 appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; `save_pretrained` copies it beside it.
 """
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation import GenerationConfig, GenerationMixin
@@ -118,8 +115,8 @@ def appending_cache(cache: Cache) -> Cache:
 
 
 class TurnerGenerationMixin(GenerationMixin):
-    """`generate()` for the Turner causal LM: its own dynamic caches append in place, and the decoding loop skips the
-    value checks of ids the model drew itself. Nothing else changes, and the model's parameters are never touched."""
+    """`generate()` for the Turner causal LM: its own dynamic caches append in place, and a bidirectional model
+    decodes without a cache. Nothing else changes, and the model's parameters are never touched."""
 
     def _prepare_cache_for_generation(
         self, generation_config: GenerationConfig, model_kwargs: dict, *args, **kwargs
@@ -136,25 +133,3 @@ class TurnerGenerationMixin(GenerationMixin):
         cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
-
-    _checks_candidates = False  # set while assisted decoding runs
-
-    @contextmanager
-    def _optimize_model_for_decode(self) -> Iterator[None]:
-        """generate()'s decoding loop feeds back ids drawn from the model's own `vocab_size` logits: their values need
-        no check (on the CPU, a read of every new id and position each token). The prompt is checked as usual, and so
-        are the ids of assisted decoding, which another model proposes (it runs here too from transformers 5.24)."""
-        decoding, self.model.decoding = self.model.decoding, not self._checks_candidates
-        try:
-            with super()._optimize_model_for_decode():
-                yield
-        finally:
-            self.model.decoding = decoding
-
-    def _assisted_decoding(self, *args, **kwargs):
-        """`GenerationMixin._assisted_decoding`, with every candidate id checked (`_optimize_model_for_decode`)."""
-        self._checks_candidates = True
-        try:
-            return super()._assisted_decoding(*args, **kwargs)
-        finally:
-            del self._checks_candidates

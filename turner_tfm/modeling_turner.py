@@ -86,18 +86,25 @@ class TurnerSinusoidalPositionEmbedding(nn.Module):
         return nn.functional.pad(sinusoids, (0, self.embedding_dim - 2 * half))
 
 
+# §3: the position vector each `position_embedding_type` gives a token, built for a width (like `ACT2FN`, one home per
+# choice); the other types give none ("rotary" rotates queries and keys instead: `ROTATIONS`, below)
+POSITION_VECTORS: dict[str, Callable[[TurnerConfig, int], nn.Module]] = {
+    "learned": lambda config, width: nn.Embedding(config.max_position_embeddings, width),
+    # sin and cos have std 1/sqrt(2) over positions
+    "sinusoidal": lambda config, width: TurnerSinusoidalPositionEmbedding(width, config.initializer_range * 2**0.5),
+}
+
+
 def build_position_embedding(config: TurnerConfig) -> nn.Module | None:
-    """The §3 position vector given to each token: learned or fixed sinusoids (None for rotary and none).
+    """The §3 position vector given to each token (None for types that give none).
 
     Its width is D when added to the token, `position_embedding_size` when concatenated to it (footnote 19).
     """
+    build = POSITION_VECTORS.get(config.position_embedding_type)
+    if build is None:
+        return None
     concatenated = config.position_embedding_combine == "concat"
-    width = config.position_embedding_size if concatenated else config.hidden_size
-    if config.position_embedding_type == "learned":
-        return nn.Embedding(config.max_position_embeddings, width)
-    if config.position_embedding_type == "sinusoidal":  # sin and cos have std 1/sqrt(2) over positions
-        return TurnerSinusoidalPositionEmbedding(width, scale=config.initializer_range * 2**0.5)
-    return None
+    return build(config, config.position_embedding_size if concatenated else config.hidden_size)
 
 
 def combine_positions(tokens: torch.Tensor, positions: torch.Tensor, combine: str) -> torch.Tensor:
@@ -133,13 +140,8 @@ def apply_rotary(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return states * cos + torch.cat([-second, first], dim=-1) * sin
 
 
-def build_norm(config: TurnerConfig) -> nn.Module:
-    """Token normalisation (§2.3): LayerNorm (TokenNorm, the default), RMSNorm, or BatchNorm (figure 5)."""
-    if config.normalization == "rmsnorm":
-        return nn.RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
-    if config.normalization == "batchnorm":
-        return TurnerBatchNorm(config.hidden_size, eps=config.layer_norm_eps)
-    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+# §3's relative positions, by `position_embedding_type`: the cosines and sines every block rotates queries and keys by
+ROTATIONS: dict[str, type[nn.Module]] = {"rotary": TurnerRotaryEmbedding}
 
 
 class TurnerBatchNorm(nn.BatchNorm1d):
@@ -148,6 +150,14 @@ class TurnerBatchNorm(nn.BatchNorm1d):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return super().forward(hidden_states.reshape(-1, hidden_states.shape[-1])).reshape(hidden_states.shape)
+
+
+# Token normalisation (§2.3) by `normalization`: LayerNorm (TokenNorm, the default), RMSNorm, or BatchNorm (figure 5)
+NORMS: dict[str, type[nn.Module]] = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "batchnorm": TurnerBatchNorm}
+
+
+def build_norm(config: TurnerConfig) -> nn.Module:
+    return NORMS[config.normalization](config.hidden_size, eps=config.layer_norm_eps)
 
 
 class TurnerEmbeddings(nn.Module):
@@ -267,9 +277,8 @@ class TurnerAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         self.share_query_key = config.share_query_key
         inner_size = config.num_attention_heads * config.head_dim
-        self.inner_size = inner_size  # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
-        projections = 2 if config.share_query_key else 3
-        self.qkv_proj = nn.Linear(config.hidden_size, projections * inner_size, bias=config.attention_bias)
+        self.projections = 2 if config.share_query_key else 3
+        self.qkv_proj = nn.Linear(config.hidden_size, self.projections * inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(
@@ -282,14 +291,16 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        # Explicit widths, one per part: vLLM's Transformers backend reads them from the traced graph to shard this as
-        # a packed QKV (an integer split size is not recognised, and its tensor parallel then fails)
-        width = self.inner_size
+        # One width per part, read from the product: this process's heads (1/N of them under N-way tensor parallel).
+        # Explicit widths: vLLM's Transformers backend reads them from the traced graph to shard this as a packed QKV
+        # (an integer split size is not recognised, and its tensor parallel then fails)
+        stacked = self.qkv_proj(hidden_states)
+        widths = (stacked.shape[-1] // self.projections,) * self.projections
         if self.share_query_key:
-            query, value = self.qkv_proj(hidden_states).split((width, width), dim=-1)
+            query, value = stacked.split(widths, dim=-1)
             key = query
         else:
-            query, key, value = self.qkv_proj(hidden_states).split((width, width, width), dim=-1)
+            query, key, value = stacked.split(widths, dim=-1)
         query, key, value = (states.view(heads_shape).transpose(1, 2) for states in (query, key, value))
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings
@@ -390,6 +401,10 @@ class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": TurnerBlock, "attentions": TurnerAttention}
 
+    def __init__(self, config: TurnerConfig, *inputs, **kwargs):
+        config.validate()  # the rules across fields, for a config edited or overridden since it was built
+        super().__init__(config, *inputs, **kwargs)
+
     def _init_weights(self, module: nn.Module) -> None:
         """Normal(0, initializer_range) for every matrix, ones and zeros for the norms (HF's defaults)."""
         super()._init_weights(module)
@@ -406,12 +421,12 @@ class TurnerModel(TurnerPreTrainedModel):
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
         self.embeddings = TurnerPatchEmbeddings(config) if config.is_image_model else TurnerEmbeddings(config)
-        self.rotary_emb = TurnerRotaryEmbedding(config) if config.position_embedding_type == "rotary" else None
+        rotations = ROTATIONS.get(config.position_embedding_type)
+        self.rotary_emb = rotations(config) if rotations is not None else None
         self.layers = nn.ModuleList([TurnerBlock(config, i) for i in range(config.num_hidden_layers)])
         self.norm = build_norm(config) if config.norm_position == "pre" else None
         self.pooler = TurnerPooler(config) if config.use_pooler else None
         self.gradient_checkpointing = False
-        self.decoding = False  # inside generate()'s decoding loop, which feeds back the model's own tokens
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -497,14 +512,19 @@ class TurnerModel(TurnerPreTrainedModel):
             cache = appending_cache(DynamicCache(config=self.config))
         past_seen = cached_length(cache)
         total_length = check_text_forward(
-            self.config, input_ids, inputs_embeds, token_type_ids, attention_mask, past_seen, values=not self.decoding
+            self.config,
+            input_ids,
+            inputs_embeds,
+            token_type_ids,
+            attention_mask,
+            past_seen,
         )
         check_cache_position(
             cache_position, past_seen, (input_ids if input_ids is not None else inputs_embeds).shape[1]
         )
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
-        derived_positions = position_ids is None or self.decoding
+        derived_positions = position_ids is None
         if position_ids is None:
             position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen).unsqueeze(0)
         check_position_ids(self.config, position_ids, total_length, derived_positions)
