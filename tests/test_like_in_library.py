@@ -602,8 +602,10 @@ REMOTE_LOADER = textwrap.dedent(
     """
     import copy, json, logging, sys
     sys.modules["turner_tfm"] = None
-    sys.path.insert(0, sys.argv[2])  # tests/, for anchors.py alone
-    import anchors, torch, transformers
+    import importlib.util, torch, transformers
+    spec = importlib.util.spec_from_file_location("anchors", sys.argv[2])  # tests/anchors.py, by its path
+    anchors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anchors)
 
     warned = []
     handler = logging.Handler(logging.WARNING)
@@ -655,7 +657,7 @@ def remote_answers(tmp_path_factory) -> dict[str, tuple[object, dict]]:
         act = action.act
         jobs.append([str(folders[action.pair]), auto, act.func.__name__, act.keywords, str(root / f"{index}.pt")])
     result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(Path(__file__).parent)],
+        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(Path(__file__).with_name("anchors.py"))],
         cwd=root,
         env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf_home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
