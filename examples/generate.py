@@ -58,11 +58,12 @@ def generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **sharding)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
     inputs = tokenizer(args.prompt, return_tensors="pt")
-    room = model.config.max_position_embeddings - inputs["input_ids"].shape[1]
-    if model.config.position_embedding_type == "learned" and args.max_new_tokens > room:
+    limit = model.config.max_positions  # None: positions without a limit
+    room = None if limit is None else limit - inputs["input_ids"].shape[1]
+    if room is not None and args.max_new_tokens > room:
         parser.error(
             f"argument --max-new-tokens: {args.max_new_tokens} is not valid: the model has "
-            f"{model.config.max_position_embeddings} positions and the prompt takes {inputs['input_ids'].shape[1]}; "
+            f"{limit} positions and the prompt takes {inputs['input_ids'].shape[1]}; "
             f"use at most {room}"
         )
     output = model.eval().generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)

@@ -76,8 +76,8 @@ def plot_text(args: argparse.Namespace) -> object:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         model, name = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="eager"), args.model
     ids = tokenizer(args.text, add_special_tokens=False)["input_ids"]
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if model.config.position_embedding_type == "learned" and len(ids) > limit:
+    limit = model.config.max_positions  # None: positions without a limit
+    if limit is not None and len(ids) > limit:
         raise ValueError(f"--text has {len(ids)} tokens; the model's learned positions cover {limit}")
     tokens = [tokenizer.decode([i]) for i in ids]
     title = f"{name}: attention per layer and head"
