@@ -1,6 +1,5 @@
 """Configuration of the Turner transformer (Turner, *An Introduction to Transformers*, 2023): a `@strict` dataclass as
-transformers' own configs (`LlamaConfig`), typed fields checked on every assignment and one `validate_*` method per rule
-across fields, run when the config is built, after `from_pretrained`'s overrides, on save and when a model is built."""
+`LlamaConfig`, each field checked when set, and one `validate_*` per rule across fields, run on every build and save."""
 
 # No `from __future__ import annotations`: `@strict` skips the type check of a field annotated with a string.
 import dataclasses
@@ -20,8 +19,7 @@ from .parallel_turner import fsdp_plan, tensor_parallel_plan
 logger = logging.get_logger(__name__)
 
 
-def _checked(field_factory, allowed: str):
-    """A field factory (as `transformers.utils.type_validators`') whose refusals say what it allows, in words."""
+def _checked(field_factory, allowed: str):  # a field factory whose refusals say what it allows, in words
     return functools.partial(field_factory, metadata={"allowed": allowed})
 
 
@@ -29,8 +27,17 @@ _bool = _checked(dataclasses.field, "it must be True or False")
 _positive_int = _checked(positive_int_field, "it must be a positive integer")
 _positive = _checked(interval(min=0.0, exclude_min=True), "it must be a positive number")
 _probability = _checked(interval(min=0.0, max=1.0, exclude_max=True), "it must be a probability in [0, 1)")
-_token_id = _checked(dataclasses.field, "it must be None or a token id (an integer in [0, vocab_size))")
-_EOS = "it must be None, a token id or a non-empty list of token ids"  # their range: `validate_token_ids`
+_token_id = _checked(dataclasses.field, "it must be None or a token id in [0, vocab_size) (eos_token_id: or a list)")
+# Keys transformers passes a config that are no `PreTrainedConfig` attribute: any other is a typo or a newer field
+_PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
+_PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
+_OWN_PLAN = "built from the config's own fields; pass from_pretrained distributed_config=DistributedConfig(tp_plan=...)"
+
+
+def _refuse_plan(config: PreTrainedConfig, plan: dict[str, str]) -> None:
+    """Refuse a plan, but for the one transformers 5.16-5.20 (vLLM's pins) give a tied config: ours + `embed_tokens`."""
+    if plan != {**tensor_parallel_plan(config), "embed_tokens": "embedding_rowwise"}:
+        raise ValueError(f"TurnerConfig.base_model_tp_plan is {_OWN_PLAN}")
 
 
 @strict
@@ -39,6 +46,11 @@ class _TurnerFields(PreTrainedConfig):
 
     model_type = "turner"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache, from transformers 5.24 and before
+    base_model_tp_plan = property(tensor_parallel_plan, _refuse_plan)  # built from the config (parallel_turner.py)
+    base_model_fsdp_plan = property(fsdp_plan)
+    is_image_model = property(lambda self: self.image_size is not None)  # the image classifier of §4.2
+    # N in §4.2: the number of image patches (the class token is not counted)
+    num_patches = property(lambda self: (self.image_size // self.patch_size) ** 2 if self.is_image_model else 0)
 
     vocab_size: int = _positive_int(default=32000)
     hidden_size: int = _positive_int(default=768)
@@ -75,82 +87,53 @@ class _TurnerFields(PreTrainedConfig):
     tie_word_embeddings: bool | None = _bool(default=None)
     pad_token_id: int | None = _token_id(default=None)
     bos_token_id: int | None = _token_id(default=None)
-    eos_token_id: int | list[int] | None = _checked(dataclasses.field, _EOS)(default=None)
+    eos_token_id: int | list[int] | None = _token_id(default=None)
 
     def __post_init__(self, **kwargs):
         if built := sorted(set(kwargs) & {"base_model_tp_plan", "base_model_fsdp_plan"}):
-            raise ValueError(f"TurnerConfig: {built} are built from the config's own fields, {_OWN_PLAN}")
-        _warn_about_unknown_fields(kwargs)
+            raise ValueError(f"TurnerConfig: {built} are {_OWN_PLAN}")
+        fields = [field.name for field in dataclasses.fields(self)]
+        known = {*fields, *dir(PreTrainedConfig), *GenerationConfig._get_default_generation_params()}
+        if unknown := sorted(set(kwargs) - known - _PASSED_BY_TRANSFORMERS):
+            close = [match[0] for name in unknown if (match := difflib.get_close_matches(name, fields, 1, 0.8))]
+            hint = f" (did you mean {close}?)" if close else " (from a newer turner_tfm?)"
+            logger.warning(f"TurnerConfig: unknown fields {unknown}{hint} are kept but nothing reads them.")
         self._derive()
-        if self.is_causal and self.normalization == "batchnorm":
-            logger.warning(
-                "TurnerConfig: normalization='batchnorm' shares statistics across all tokens of a batch, so while "
-                "training later tokens change earlier outputs and the causal mask is not airtight (eval is exact)."
-            )
+        if self.is_causal and self.normalization == "batchnorm":  # later tokens change earlier outputs in training
+            logger.warning("TurnerConfig: batchnorm mixes tokens: the causal mask is not airtight in training")
         super().__post_init__(**kwargs)
         self.validate()
 
     def _derived(self) -> dict[str, object]:
-        """Each derived field's value from the others, in the order they are derived (K = D / H is None where H does
-        not divide D; images and a classifier reading the first token see every token)."""
+        """Each derived field's value, in the order derived (images and first-token classifiers see every token)."""
         width, heads, image = self.hidden_size, self.num_attention_heads, self.is_image_model
-        concat = self.position_embedding_combine == "concat"
         return {
             "is_causal": not (image or self.use_pooler or self.classifier_pooling == "cls"),
             "position_embedding_combine": "add" if self.position_embedding_size is None else "concat",
-            "head_dim": None if width % heads else width // heads,
+            "head_dim": None if width % heads else width // heads,  # K = D / H; refused where H does not divide D
             "intermediate_size": 4 * width,
             "max_position_embeddings": self.num_patches + 1 if image else 1024,
-            "position_embedding_size": max(1, width // 4) if concat else None,
-            "tie_word_embeddings": image or not concat,
+            "position_embedding_size": max(1, width // 4) if self.position_embedding_combine == "concat" else None,
+            "tie_word_embeddings": image or self.position_embedding_combine != "concat",
             "classifier_pooling": "last" if self.is_causal else "cls" if self.use_pooler or image else "mean",
         }
 
     def _derive(self, assigned: str | None = None, before: dict | None = None) -> None:
-        """Derive each derived field left None and, after `assigned` was set, each that held its value derived `before`;
-        but the mask and the position layout never flip by themselves (a contradiction is refused instead)."""
-        for name, old in (before or self._derived()).items():
+        """Derive each field left None and, after `assigned` is set, each still at its value derived `before`."""
+        for name, old in (before or self._derived()).items():  # but the mask and the position layout never flip
             value, follows = getattr(self, name), name not in (assigned, "is_causal", "position_embedding_combine")
             if value is None or (before and follows and value == old):
                 _TurnerFields.__setattr__(self, name, self._derived()[name])
 
     @property
-    def is_image_model(self) -> bool:
-        """True when the config describes the §4.2 image classifier (patches + class token)."""
-        return self.image_size is not None
-
-    @property
-    def num_patches(self) -> int:
-        """N in §4.2: the number of image patches (the class token is not counted)."""
-        return (self.image_size // self.patch_size) ** 2 if self.is_image_model else 0
-
-    @property
     def token_embedding_size(self) -> int:
         """Width of the token (or patch) embedding: D, less the position part when positions are concatenated."""
-        concat = self.position_embedding_combine == "concat"
-        return self.hidden_size - self.position_embedding_size if concat else self.hidden_size
+        return self.hidden_size - (self.position_embedding_size if self.position_embedding_combine == "concat" else 0)
 
     @property
     def max_positions(self) -> int | None:
         """How many positions a model of this config takes: None (no limit) unless positions are learned."""
         return self.max_position_embeddings if self.position_embedding_type == "learned" else None
-
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """Tensor-parallel plan of the backbone, built from this config so every rule names a module it has."""
-        return tensor_parallel_plan(self)
-
-    @base_model_tp_plan.setter
-    def base_model_tp_plan(self, plan: dict[str, str]) -> None:
-        """Refused, but for the plan transformers 5.16-5.20 assign to a tied config (vLLM pins them): ours plus
-        `embed_tokens`, which ours has as `embeddings.embed_tokens`."""
-        if plan != {**tensor_parallel_plan(self), "embed_tokens": "embedding_rowwise"}:
-            raise ValueError(f"TurnerConfig.base_model_tp_plan is built from the config's own fields, {_OWN_PLAN}")
-
-    @property
-    def base_model_fsdp_plan(self) -> dict[str, str]:
-        """FSDP2 plan of the backbone, built from this config (`parallel_turner.fsdp_plan`)."""
-        return fsdp_plan(self)
 
     def check_parallelism(self, tp_size: int = 1, data_parallel_size: int = 1) -> None:
         """Refuse, before any weight is loaded, a sharding that would not give one process's numbers."""
@@ -158,20 +141,16 @@ class _TurnerFields(PreTrainedConfig):
             allowed = f"tensor parallelism gives each of the tp_size={tp_size} ranks whole heads; use a tp_size that"
             _refuse("num_attention_heads", self.num_attention_heads, f"{allowed} divides it")
         if data_parallel_size > 1 and self.normalization == "batchnorm":
-            allowed = f"sharded over {data_parallel_size} data-parallel processes, each would normalise with the "
-            allowed += "statistics of its own part of the batch, not the whole batch's; use 'layernorm' or 'rmsnorm', "
-            allowed += "or tensor parallelism (whose ranks all see the whole batch)"
-            _refuse("normalization", "batchnorm", allowed)
+            allowed = f"each of {data_parallel_size} data-parallel processes would normalise with its part of the batch"
+            _refuse("normalization", "batchnorm", allowed + "; use 'layernorm', 'rmsnorm' or tensor parallelism")
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> None:
         """Check the rules first: transformers creates the folder and copies this file before its `validate()`."""
         self.validate()
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
-    # The rules across fields: `@strict` collects every `validate_*` method into `validate()`.
-
     def validate_attention(self) -> None:
-        """K = D / H unless `head_dim` is set; rotary positions rotate pairs of features."""
+        """K = D / H (eq. 3) unless `head_dim` is set; rotary positions (§3) rotate pairs of features."""
         if self.head_dim is None:  # left unset and not derivable
             allowed = f"it must be divisible by num_attention_heads={self.num_attention_heads}, or set head_dim"
             _refuse("hidden_size", self.hidden_size, allowed)
@@ -179,7 +158,7 @@ class _TurnerFields(PreTrainedConfig):
             _refuse("head_dim", self.head_dim, "rotary positions rotate pairs of features; use an even head_dim")
 
     def validate_classifier(self) -> None:
-        """A classifier reading the first token needs the mask to let it see the others."""
+        """A classifier reading the first token needs a mask that lets it see the others (§4.1)."""
         if self.is_causal and self.classifier_pooling == "cls":
             allowed = "under the causal mask the first token attends only to itself, so a classifier reading it would "
             _refuse("classifier_pooling", "cls", allowed + "ignore the input; use 'last' or 'mean', or is_causal=False")
@@ -188,72 +167,64 @@ class _TurnerFields(PreTrainedConfig):
 
     def validate_image(self) -> None:
         """An image model (§4.2): whole patches, one position per patch plus the class token, no token types."""
-        if not self.is_image_model:
-            return
-        if self.image_size % self.patch_size:
+        if self.is_image_model and self.image_size % self.patch_size:
             _refuse("patch_size", self.patch_size, f"it must divide image_size={self.image_size}")
-        if self.max_position_embeddings != (needed := self.num_patches + 1):
+        if self.is_image_model and self.max_position_embeddings != (needed := self.num_patches + 1):
             allowed = f"an image model has (image_size / patch_size)^2 + 1 = {needed} positions; leave it unset"
             _refuse("max_position_embeddings", self.max_position_embeddings, allowed)
-        if self.type_vocab_size:
+        if self.is_image_model and self.type_vocab_size:
             _refuse("type_vocab_size", self.type_vocab_size, "an image model has no token types; use 0")
-        if self.embedding_layer_norm:
+        if self.is_image_model and self.embedding_layer_norm:
             _refuse("embedding_layer_norm", True, "image models have no embedding norm; use False")
 
     def validate_position_embeddings(self) -> None:
         """Concatenated positions (footnote 19) need a position vector and leave the token embedding narrower."""
         size, kind = self.position_embedding_size, self.position_embedding_type
-        if self.position_embedding_combine == "add":
-            if size is not None:
-                allowed = "it sets the width of concatenated positions; leave it None with position_embedding_combine"
-                _refuse("position_embedding_size", size, f"{allowed}='add'")
-            return
-        if kind not in ("learned", "sinusoidal"):
+        if not (concat := self.position_embedding_combine == "concat") and size is not None:
+            allowed = "it sets the width of concatenated positions; leave it None with position_embedding_combine"
+            _refuse("position_embedding_size", size, f"{allowed}='add'")
+        if concat and kind not in ("learned", "sinusoidal"):
             allowed = f"position_embedding_type={kind!r} adds no vector to concatenate; use 'learned' or 'sinusoidal'"
             _refuse("position_embedding_combine", "concat", f"{allowed} positions, or 'add'")
-        if size >= self.hidden_size:
+        if concat and size >= self.hidden_size:
             allowed = f"concatenated positions must leave room for token features: below hidden_size={self.hidden_size}"
             _refuse("position_embedding_size", size, allowed)
-        if self.tie_word_embeddings and not self.is_image_model:
+        if concat and self.tie_word_embeddings and not self.is_image_model:
             allowed = "with concatenated positions the token embedding is narrower than the output head; leave it"
             _refuse("tie_word_embeddings", True, f"{allowed} unset (it defaults to False) or tie_word_embeddings=False")
 
     def validate_token_ids(self) -> None:
         """The special tokens are ids in the vocabulary (transformers only warns; here the embedding would fail)."""
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            ids = value if isinstance(value, list) else [value]
+            ids = value if isinstance(value := getattr(self, name), list) else [value]
             if value is not None and not (ids and all(0 <= i < self.vocab_size for i in ids)):
                 _refuse(name, value, f"it must be None or a token id in [0, {self.vocab_size})")
         super().validate_token_ids()
 
 
 class TurnerConfig(_TurnerFields):
-    r"""Configuration for [`TurnerModel`] and its heads: an image model (§4.2) when `image_size` is set; the causal
-    mask of §4.1 by default for text (not for images or a classifier reading the first token). A field left unset is
-    derived from the others (`head_dim` = D / H, `intermediate_size` = 4 D, ...) and follows them when they are
-    assigned, unless it holds another value. The paper's choices are switches: `share_query_key` (footnote 9),
-    `position_embedding_type` (§3), `position_embedding_combine` and `position_embedding_size` (footnote 19),
-    `normalization` (figure 5) at `norm_position`, `mlp_hidden_layers` (footnote 14). A refusal is a `ValueError`.
+    r"""Configuration for [`TurnerModel`] and its heads: an image model (§4.2) when `image_size` is set, else text under
+    the causal mask of §4.1 (unless a classifier reads the first token). A field left unset is derived from the others
+    (`head_dim` = D / H, `intermediate_size` = 4 D, ...) and follows them unless it holds a value of its own. Switches:
+    `share_query_key` (footnote 9), `position_embedding_type` (§3), `position_embedding_combine` and `_size` (footnote
+    19), `normalization` (figure 5) at `norm_position`, `mlp_hidden_layers` (footnote 14). Refusals are `ValueError`s.
 
-    >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))
-    """
+    >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))"""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Check the value, then let the fields derived from this one follow it."""
-        built = getattr(self, "_post_init_done", False)  # set at the end of `PreTrainedConfig.__post_init__`
-        before = self._derived() if built else None
+        """Check the value (wording what the field allows), then let the fields derived from this one follow it."""
+        before = self._derived() if getattr(self, "_post_init_done", False) else None  # once the config is built
         try:
             super().__setattr__(name, value)
         except StrictDataclassFieldValidationError as error:
-            _refuse(
-                name, value, _allowed(self.__dataclass_fields__.get(name)) or str(error.__cause__), InvalidFieldError
-            )
-        if built:
+            field = self.__dataclass_fields__[name]
+            choices = [get_args(kind) for kind in (field.type, *get_args(field.type)) if get_origin(kind) is Literal]
+            allowed = field.metadata.get("allowed") or (choices and f"choose one of {list(choices[0])}")
+            _refuse(name, value, allowed or str(error.__cause__), InvalidFieldError)
+        if before:
             self._derive(name, before)
 
     def validate(self) -> None:
-        """Run the rules across fields (the `validate_*` methods)."""
         try:
             super().validate()
         except StrictDataclassClassValidationError as error:
@@ -261,53 +232,19 @@ class TurnerConfig(_TurnerFields):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        """Then the rules, for `from_pretrained` assigns its keyword overrides to the built config unchecked."""
         loaded = super().from_dict(config_dict, **kwargs)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).validate()
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate()  # its overrides were assigned unchecked
         return loaded
 
 
-class InvalidFieldError(StrictDataclassFieldValidationError, ValueError):
-    """A value a field refuses: what `@strict` raises, and a `ValueError` (of one argument, so that it pickles)."""
-
-    __init__ = ValueError.__init__
-
-
-class InvalidConfigError(StrictDataclassClassValidationError, ValueError):
-    """A combination of fields a rule refuses: what `@strict` raises, and a `ValueError`."""
-
-    __init__ = ValueError.__init__
-
-
-_OWN_PLAN = "so every rule names a module it has; to change a plan pass "
-_OWN_PLAN += "`distributed_config=DistributedConfig(tp_plan=..., fsdp_plan=...)` to from_pretrained"
+# A refusal is what `@strict` raises for a field or a rule, and a `ValueError` of one argument (so that it pickles)
+_ONE_ARGUMENT = {"__init__": ValueError.__init__}
+InvalidFieldError = type("InvalidFieldError", (StrictDataclassFieldValidationError, ValueError), _ONE_ARGUMENT)
+InvalidConfigError = type("InvalidConfigError", (StrictDataclassClassValidationError, ValueError), _ONE_ARGUMENT)
 
 
 def _refuse(name: str, value: object, allowed: str, error: type[ValueError] = ValueError) -> NoReturn:
     raise error(f"TurnerConfig: `{name}`={value!r} is invalid; {allowed}.")
-
-
-def _allowed(field: dataclasses.Field) -> str | None:
-    """What a field accepts, in words: declared beside its validator, or its `Literal` choices."""
-    choices = [get_args(kind) for kind in (field.type, *get_args(field.type)) if get_origin(kind) is Literal]
-    return field.metadata.get("allowed") or (choices and f"choose one of {list(choices[0])}") or None
-
-
-# Keys transformers passes a config that are no `PreTrainedConfig` attribute (found by logging every unknown key): the
-# implementations, an old revision, its name, remote code's `auto_map`, quantization and distributed settings.
-_PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
-_PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
-
-
-def _warn_about_unknown_fields(kwargs: dict) -> None:
-    """Warn about a keyword nothing reads: a typo (`hiden_size`), or a field of a newer turner_tfm, which this version
-    would keep and never read, so the model would silently differ from the one saved."""
-    fields = [field.name for field in dataclasses.fields(TurnerConfig)]
-    known = {*fields, *dir(PreTrainedConfig), *GenerationConfig._get_default_generation_params()}
-    if unknown := sorted(set(kwargs) - known - _PASSED_BY_TRANSFORMERS):
-        close = [match[0] for name in unknown if (match := difflib.get_close_matches(name, fields, 1, 0.8))]
-        hint = f" (did you mean {close}?)" if close else " (from a newer turner_tfm?)"
-        logger.warning(f"TurnerConfig: unknown fields {unknown}{hint} are kept on the config but nothing reads them.")
 
 
 __all__ = ["TurnerConfig"]
