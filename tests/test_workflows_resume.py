@@ -15,7 +15,7 @@ import pytest
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.trainer_utils import get_last_checkpoint
 
-from examples.helpers import callbacks, data
+from examples.helpers import callbacks, data, training
 from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 from .workflow_utils import (
@@ -157,8 +157,8 @@ def test_a_checkpoint_saved_over_counts_as_complete_only_once_the_new_save_is_wh
     """Resumed from checkpoint-2, a run saves checkpoint-4 again over the one it left before: while that save runs
     the folder is not complete, so a kill then cannot leave old trainer state beside new weights."""
     write_text(tmp_path)
-    training = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2"]
-    (training_args,) = training.parse_arguments((TrainingArguments,), [*training, "--per-device-train-batch-size", "2"])
+    argv = ["--output-dir", str(tmp_path / "out"), "--max-steps", "4", "--save-steps", "2"]
+    (training_args,) = training.parse_arguments((TrainingArguments,), [*argv, "--per-device-train-batch-size", "2"])
     text = (tmp_path / "text.txt").read_text()
     tokenizer = data.char_tokenizer([text], model_max_length=16)
     complete_when_saving = []
