@@ -118,14 +118,14 @@ def value_reads(model: TurnerForCausalLM, prompt: torch.Tensor, new_tokens: int)
     return sum(event.count for event in profile.key_averages() if event.key == "aten::aminmax")
 
 
-@pytest.mark.parametrize(("position_embedding_type", "prompt_reads"), [("learned", 2), ("rotary", 1)])
-def test_decoding_steps_read_no_values_only_the_prompt_is_checked(position_embedding_type, prompt_reads):
-    """The prompt's ids (and the positions generate() passes, for a learned table) are read once; the decoding steps,
-    fed the model's own tokens, read nothing: the count does not grow with the number of new tokens."""
+@pytest.mark.parametrize(("position_embedding_type", "reads_per_step"), [("learned", 2), ("rotary", 1)])
+def test_every_decoding_step_checks_its_ids_once(position_embedding_type, reads_per_step):
+    """Each forward pass of generate() reads its ids once (and, for a learned table, the positions generate() passes):
+    one bounded read a step, the prompt's and each new token's alike, and an id past the vocabulary is refused."""
     model = TurnerForCausalLM(text_config(position_embedding_type=position_embedding_type)).eval()
     prompt = random_ids(2, 5)
-    assert value_reads(model, prompt, 2) == value_reads(model, prompt, 12) == prompt_reads
-    assert not model.model.decoding, "the decoding flag ends with generate()"
+    assert value_reads(model, prompt, 2) == 2 * reads_per_step
+    assert value_reads(model, prompt, 12) == 12 * reads_per_step
     with torch.no_grad(), pytest.raises(ValueError, match="`input_ids` contains 99"):
         model.generate(torch.tensor([[3, 99]]), max_new_tokens=2)
 
