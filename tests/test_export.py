@@ -205,7 +205,7 @@ def test_the_example_script_answers_help_and_bad_flags(tmp_path):
         (["--format", "tflite"], "invalid choice"),
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "examples.export", "--model-name-or-path", str(tmp_path), *args],
+            [sys.executable, "-m", "examples.export", *args, "--model-name-or-path", str(tmp_path)],  # args first
             capture_output=True,
             text=True,
             timeout=60,

@@ -37,6 +37,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
@@ -551,18 +552,22 @@ class TurnerModel(TurnerPreTrainedModel):
     ) -> torch.Tensor | None:
         """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding. In a
         packed row (`packed`: the caller's positions restart at each sequence, no padding mask) every token attends
-        only within its own sequence. The sequences are found here, on the first pass of a fresh cache too (the model
-        makes one in eval mode): transformers' own detection is skipped whenever a cache is passed."""
+        only within its own sequence. transformers finds the sequences for the causal mask when no cache is passed;
+        here they are found for the full mask, and on the first pass of a fresh cache (the model makes one in eval
+        mode) unless a tracer runs, which cannot tell a packed row from one sequence (export passes positions)."""
+        causal = self.config.is_causal
+        ours = not causal or (cache is not None and not is_torchdynamo_compiling())
         sequences = None
-        if packed and cached_length(cache) == 0:
+        if packed and ours and cached_length(cache) == 0:
             sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
-        make_mask = create_causal_mask if self.config.is_causal else create_bidirectional_mask
+        make_mask = create_causal_mask if causal else create_bidirectional_mask
         return make_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             **named_cache(cache),
             and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
+            **({"position_ids": position_ids if packed else None} if causal else {}),  # transformers' detection
         )
 
 
