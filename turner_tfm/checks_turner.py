@@ -226,13 +226,13 @@ def check_cache(config: TurnerConfig, cache: object | None) -> object | None:
     """The cache a forward pass may use. A bidirectional model (`is_causal=False`) keeps none: each new token would
     change the keys and values of every earlier one (the incremental property of §4.1 needs the causal mask), so an
     empty cache is left unused, as BERT's encoder does, and one that already holds tokens is refused."""
-    if config.is_causal or cache is None:
+    if config.is_causal or not isinstance(cache, Cache):  # continuous batching's paged cache keeps its own rules
         return cache
-    if isinstance(cache, Cache) and cache.get_seq_length() == 0:
+    if cache.get_seq_length() == 0:
         return None
     raise _invalid_input(
         "cache",
-        f"holding {cache.get_seq_length() if isinstance(cache, Cache) else 'tokens'} tokens",
+        f"holding {cache.get_seq_length()} tokens",
         "this model is bidirectional (is_causal=False): a new token changes every earlier token's keys and values, "
         "so it cannot continue from a cache; pass the whole sequence",
     )

@@ -278,8 +278,9 @@ class TurnerAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         self.share_query_key = config.share_query_key
         inner_size = config.num_attention_heads * config.head_dim
-        self.projections = 2 if config.share_query_key else 3
-        self.qkv_proj = nn.Linear(config.hidden_size, self.projections * inner_size, bias=config.attention_bias)
+        self.inner_size = inner_size  # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
+        projections = 2 if config.share_query_key else 3
+        self.qkv_proj = nn.Linear(config.hidden_size, projections * inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(
@@ -292,16 +293,15 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        # One width per part, read from the product: this process's heads (1/N of them under N-way tensor parallel).
-        # Explicit widths: vLLM's Transformers backend reads them from the traced graph to shard this as a packed QKV
-        # (an integer split size is not recognised, and its tensor parallel then fails)
-        stacked = self.qkv_proj(hidden_states)
-        widths = (stacked.shape[-1] // self.projections,) * self.projections
+        # Explicit widths, one per part, written out as a tuple on `self.qkv_proj(...)`: vLLM's Transformers backend
+        # finds this call in the source and rewrites the widths to each rank's to shard it as a packed QKV (an integer
+        # split size, or a tuple built any other way, is not recognised and its tensor parallel then fails)
+        width = self.inner_size
         if self.share_query_key:
-            query, value = stacked.split(widths, dim=-1)
+            query, value = self.qkv_proj(hidden_states).split((width, width), dim=-1)
             key = query
         else:
-            query, key, value = stacked.split(widths, dim=-1)
+            query, key, value = self.qkv_proj(hidden_states).split((width, width, width), dim=-1)
         query, key, value = (states.view(heads_shape).transpose(1, 2) for states in (query, key, value))
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings

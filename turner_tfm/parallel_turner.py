@@ -91,6 +91,7 @@ class TurnerParallelMixin:
         if distributed_config.tp_size > 1:
             for module in self.modules():
                 if hasattr(module, "qkv_proj"):
+                    module.inner_size //= distributed_config.tp_size  # each rank computes its own heads
                     module.register_forward_hook(gather_attention_heads, prepend=True)
         return super()._resolve_parallel_plans(distributed_config)
 
