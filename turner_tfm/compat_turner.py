@@ -82,8 +82,9 @@ def takes_cache(forward: Callable) -> Callable:
     def forward_taking_cache(self, *args, **kwargs):
         if OLD_CACHE_NAME in kwargs:
             _read_current_name(type(self).__name__, kwargs)
-        for name in kwargs.keys() - reads:
-            _refuse_if_unread(type(self).__name__, name, kwargs[name])
+        for name in kwargs:  # a loop, not a set difference: torch 2.11's dynamo cannot trace `kwargs.keys() - reads`
+            if name not in reads:
+                _refuse_if_unread(type(self).__name__, name, kwargs[name])
         return forward(self, *args, **kwargs)
 
     if CACHE_NAME == OLD_CACHE_NAME:
