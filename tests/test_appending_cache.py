@@ -64,12 +64,12 @@ def test_appending_writes_in_place_until_the_buffer_is_full_then_doubles():
     layer = TurnerDynamicLayer()
     keys, values = layer.update(*states(2, 100, 0))
     buffers = buffer_of(keys), buffer_of(values)
-    assert keys.shape[-2] == 100 and layer._buffers[0].shape[-2] == TurnerDynamicLayer.min_capacity
+    assert keys.shape[-2] == 100 and layer._buffers.keys.shape[-2] == TurnerDynamicLayer.min_capacity
     for step in range(156):
         keys, values = layer.update(*states(2, 1, step + 1))
         assert (buffer_of(keys), buffer_of(values)) == buffers, f"step {step} copied the cache"
     keys, _ = layer.update(*states(2, 1, 999))
-    assert buffer_of(keys) != buffers[0] and layer._buffers[0].shape[-2] == 2 * 257
+    assert buffer_of(keys) != buffers[0] and layer._buffers.keys.shape[-2] == 2 * 257
 
 
 SHRINKING = {

@@ -464,6 +464,7 @@ FIELD_VALUES = {
     "patch_size": st.sampled_from([1, 2, 4, 8]),
     "num_channels": st.integers(1, 4),
     "use_cache": st.booleans(),
+    "check_input_values": st.booleans(),
     "tie_word_embeddings": st.none() | st.booleans(),
     "pad_token_id": st.none() | st.integers(0, 2),
     "bos_token_id": st.none() | st.integers(0, 2),

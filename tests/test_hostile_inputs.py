@@ -18,7 +18,7 @@ from turner_tfm import (
     TurnerForSequenceClassification,
     TurnerModel,
 )
-from turner_tfm.checks_turner import check_causal_lm_labels, check_text_inputs
+from turner_tfm.checks_turner import causal_lm_label_check, raise_if_out_of_range, text_input_checks
 from turner_tfm.compat_turner import output_cache
 
 from .tiny import image_config, random_ids, text_config
@@ -68,7 +68,8 @@ def test_a_plain_saved_config_loads_without_warnings(tmp_path):
         ({"input_ids": torch.zeros(2, 0, dtype=torch.long)}, "input_ids", "sequence >= 1"),
         ({"input_ids": torch.ones(2, 3)}, "input_ids", "integer token ids"),
         ({"input_ids": torch.ones(3, dtype=torch.long)}, "input_ids", "(batch, sequence)"),
-        ({"input_ids": random_ids(1, 65)}, "position_ids", "max_position_embeddings"),
+        ({"input_ids": random_ids(1, 65)}, "input_ids", "max_position_embeddings"),
+        ({"input_ids": random_ids(1, 5), "position_ids": torch.tensor([[0, 1, 2, 3, 64]])}, "position_ids", "0..63"),
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(2, 4)}, "attention_mask", "(2, 5)"),
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(3, 5)}, "attention_mask", "(2, 5)"),
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(10)}, "attention_mask", "(2, 5)"),
@@ -100,44 +101,28 @@ def test_cached_decoding_past_the_learned_positions_is_refused(causal_lm):
     with torch.no_grad():
         cache = output_cache(causal_lm(random_ids(1, 63), use_cache=True))
         causal_lm(random_ids(1, 1), cache=cache)  # position 63: the last learned one
-        with pytest.raises(ValueError, match="`position_ids` contains 64"):
+        with pytest.raises(ValueError, match=r"`input_ids` of 64 cached \+ 1 new tokens \(positions up to 64\)"):
             causal_lm(random_ids(1, 1), cache=cache)
 
 
 def test_token_ids_passed_with_a_cache_are_still_checked(causal_lm):
     with torch.no_grad():
         cache = output_cache(causal_lm(random_ids(1, 4), use_cache=True))
-        with pytest.raises(ValueError, match=r"`input_ids` contains 99 is invalid: token ids must be in \[0, 99\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"`input_ids` contains 99 \(row 0, position 0\) is invalid: token ids must be in \[0, 99\)",
+        ):
             causal_lm(torch.tensor([[99]]), cache=cache)
 
 
-def value_reads(model: TurnerForCausalLM, prompt: torch.Tensor, new_tokens: int) -> int:
-    """How often greedy generate() reads a tensor's extremes (`aminmax`, what the value checks run), in a profile."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    return sum(event.count for event in profile.key_averages() if event.key == "aten::aminmax")
-
-
-@pytest.mark.parametrize(("position_embedding_type", "reads_per_step"), [("learned", 2), ("rotary", 1)])
-def test_every_decoding_step_checks_its_ids_once(position_embedding_type, reads_per_step):
-    """Each forward pass of generate() reads its ids once (and, for a learned table, the positions generate() passes):
-    one bounded read a step, the prompt's and each new token's alike, and an id past the vocabulary is refused."""
-    model = TurnerForCausalLM(text_config(position_embedding_type=position_embedding_type)).eval()
-    prompt = random_ids(2, 5)
-    assert value_reads(model, prompt, 2) == 2 * reads_per_step
-    assert value_reads(model, prompt, 12) == 12 * reads_per_step
-    with torch.no_grad(), pytest.raises(ValueError, match="`input_ids` contains 99"):
-        model.generate(torch.tensor([[3, 99]]), max_new_tokens=2)
-
-
-def test_value_checks_never_read_an_accelerator_tensor():
-    """A read of a tensor on an accelerator is a device sync; meta tensors stand in (reading one raises)."""
+def test_value_checks_never_read_a_meta_tensor():
+    """Meta tensors stand in for data (reading one raises): the value checks read nothing of them."""
     config = text_config()
-    on_device = torch.full((1, 3), 99, device="meta")
-    check_text_inputs(config, on_device, None)
-    check_causal_lm_labels(on_device, on_device.shape, config.vocab_size)
+    on_meta = torch.full((1, 3), 99, device="meta")
+    checks = [*text_input_checks(config, on_meta, None), causal_lm_label_check(config, on_meta, on_meta.shape)]
+    assert checks == [None, None]
     with pytest.raises(ValueError, match="`input_ids` contains 99"):
-        check_text_inputs(config, torch.full((1, 3), 99), None)  # the same ids on the CPU
+        raise_if_out_of_range(text_input_checks(config, torch.full((1, 3), 99), None))  # the same ids on the CPU
 
 
 def test_sinusoidal_positions_run_past_max_position_embeddings():

@@ -194,7 +194,8 @@ def _architecture(config: TurnerConfig, num_parameters: int | None) -> str:
 def _switches(config: TurnerConfig) -> list[tuple[str, object, object]]:
     """Each choice of the config's own (a field typed `bool` or `Literal`): its name, value and declared default
     (None where it is derived from the other fields)."""
-    inherited = {field.name for field in dataclasses.fields(PreTrainedConfig)} | {"use_cache"}  # not the model's
+    not_the_models = {"use_cache", "check_input_values"}  # how it runs, not what it computes
+    inherited = {field.name for field in dataclasses.fields(PreTrainedConfig)} | not_the_models
     return [
         (field.name, getattr(config, field.name), field.default)
         for field in dataclasses.fields(config)

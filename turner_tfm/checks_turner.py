@@ -1,10 +1,16 @@
 """Checks of what users pass to a Turner model: each bad input is a `ValueError` that names the argument, the value
-and what is valid, before torch would fail deep inside with a shape or index error (or, for an index past a table on
-an accelerator, a device-side assert).
+and what is valid, before torch would fail deep inside with a shape or index error, or, for an index past a table on
+an accelerator, with a device-side assert that leaves the process unable to use the device again.
 
-Value checks read tensors, so they run only where that costs nothing (`_checks_enabled`). `modeling_turner.py` calls
-these functions; `save_pretrained` copies this file beside it.
+Shapes are checked on the host for free. Values (token ids, labels, positions) are checked on every device, all of a
+call's at once: each tensor's extremes are gathered on its device and read back together, one host read per call
+(`raise_if_out_of_range`). The outermost Turner forward a user calls checks, and tells the modules it calls that it
+did (`checked_by_caller`); so does generate(), for the tokens the model itself chose. Nothing is read while
+torch.compile or torch.export traces, or while a CUDA graph is captured, and `config.check_input_values=False` turns
+the reads off. `modeling_turner.py` calls these functions; `save_pretrained` copies this file beside it.
 """
+
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import Cache
@@ -25,35 +31,102 @@ def _shape_and_dtype(tensor: torch.Tensor) -> str:
     return f"{_shape(tensor)} and dtype {tensor.dtype}"
 
 
-def _checks_enabled(tensor: torch.Tensor) -> bool:
-    """Value checks read the tensor, so they run only where that is free: on the CPU (on an accelerator a read is a
-    device sync, and the embedding lookup's own bounds check stands in), and never while tracing for torch.compile."""
-    return tensor.device.type == "cpu" and tensor.numel() > 0 and not is_torchdynamo_compiling()
+def reads_values(config: TurnerConfig, tensor: torch.Tensor | None) -> bool:
+    """Whether the value checks may read `tensor` back: they are on (`config.check_input_values`), and nothing traces
+    (torch.compile, torch.export: a value is a symbol there), captures a CUDA graph (a read cannot be captured) or
+    stands in for data (meta tensors)."""
+    if tensor is None or not config.check_input_values or is_torchdynamo_compiling() or tensor.device.type == "meta":
+        return False
+    return not (tensor.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
-def _host_int(value: int | torch.Tensor) -> int | None:
-    """A length as a Python int, or None while tracing or where reading it would sync a device (a static cache's
-    counter on an accelerator)."""
-    if is_torchdynamo_compiling():
+class RangeCheck(NamedTuple):
+    """`name`'s values must lie in [low, high); `extremes` holds their smallest and largest, on their device."""
+
+    name: str
+    extremes: torch.Tensor
+    low: int
+    high: int
+    allowed: str
+    values: torch.Tensor | None = None  # where the error looks for the offending value
+    shown: str | torch.Tensor | None = None  # what the error shows instead of it
+
+
+def range_check(
+    name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None
+) -> RangeCheck | None:
+    """A check that every value of `values` (other than `ignore`) lies in [low, high); None for an empty tensor."""
+    if values.numel() == 0:
         return None
-    if isinstance(value, torch.Tensor):
-        return int(value) if value.device.type == "cpu" else None
-    return value
-
-
-def _check_range(name: str, values: torch.Tensor, low: int, high: int, allowed: str, ignore: int | None = None) -> None:
-    """Raise unless every value (other than `ignore`) lies in [low, high)."""
-    if not _checks_enabled(values):
-        return
     if ignore is not None:
         values = values.masked_fill(values == ignore, low)
-    smallest, largest = (int(extreme) for extreme in torch.aminmax(values))
-    if smallest < low or largest >= high:
-        raise _invalid_input(name, f"contains {smallest if smallest < low else largest}", allowed)
+    return RangeCheck(name, torch.stack(torch.aminmax(values)).long(), low, high, allowed, values)
 
 
-def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty, ids in the vocabulary."""
+def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
+    """Read every check's extremes back in one go (one device sync on an accelerator), then raise for the first
+    check whose values leave their range, saying where the offending value is."""
+    checks = [check for check in checks if check is not None]
+    if not checks:
+        return
+    device = checks[0].extremes.device
+    extremes = torch.cat([check.extremes.to(device) for check in checks]).tolist()
+    for index, check in enumerate(checks):
+        smallest, largest = extremes[2 * index : 2 * index + 2]
+        if smallest < check.low or largest >= check.high:
+            raise _invalid_input(
+                check.name, _offending(check, smallest if smallest < check.low else largest), check.allowed
+            )
+
+
+def _offending(check: RangeCheck, value: int) -> str:
+    """The value that left the range and where (an error reads the tensor again: the cost is the error's)."""
+    if isinstance(check.shown, torch.Tensor):
+        return str(check.shown.tolist())
+    if check.shown is not None:
+        return check.shown
+    if check.values is None:
+        return f"contains {value}"
+    row, *rest = (check.values == value).nonzero()[0].tolist()
+    return f"contains {value} (row {row}" + (f", position {rest[-1]})" if rest else ")")
+
+
+def text_input_checks(
+    config: TurnerConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    cache_position: torch.Tensor | None = None,
+    past_length: int | torch.Tensor = 0,
+) -> list[RangeCheck | None]:
+    """Everything a text forward pass takes: shapes are checked now; the value checks are returned, for the caller
+    to read with its own (`raise_if_out_of_range`). `past_length`: tokens already in the cache."""
+    check_text_shapes(config, input_ids, inputs_embeds)
+    inputs = input_ids if input_ids is not None else inputs_embeds
+    (batch_size, length), reads = inputs.shape[:2], reads_values(config, inputs)
+    if isinstance(past_length, torch.Tensor) and past_length.device.type == "cpu" and not is_torchdynamo_compiling():
+        past_length = int(past_length)  # a static cache's count, free to read on the CPU
+    check_token_type_ids(token_type_ids, (batch_size, length))
+    if isinstance(past_length, int):
+        check_attention_mask(attention_mask, batch_size, past_length + length)
+    vocab, types = config.vocab_size, config.type_vocab_size
+    checks = []
+    if reads and input_ids is not None:
+        checks.append(range_check("input_ids", input_ids, 0, vocab, f"token ids must be in [0, {vocab})"))
+    if reads and token_type_ids is not None:
+        allowed = f"types must be in [0, {types})" if types else "this model has no token type embeddings "
+        allowed += "" if types else "(type_vocab_size=0): pass none, or zeros"
+        checks.append(range_check("token_type_ids", token_type_ids, 0, max(types, 1), allowed))
+    checks.append(position_check(config, position_ids, past_length, length, reads))
+    if cache_position is not None:
+        checks.append(cache_position_check(cache_position, past_length, length, reads))
+    return checks
+
+
+def check_text_shapes(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty."""
     if (input_ids is None) == (inputs_embeds is None):
         given = "both" if input_ids is not None else "neither"
         raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
@@ -64,7 +137,6 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
                 _shape_and_dtype(input_ids),
                 "expected integer token ids of shape (batch, sequence) with batch >= 1 and sequence >= 1",
             )
-        _check_range("input_ids", input_ids, 0, config.vocab_size, f"token ids must be in [0, {config.vocab_size})")
     elif (
         inputs_embeds.ndim != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != config.token_embedding_size
     ):
@@ -75,19 +147,14 @@ def check_text_inputs(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
         )
 
 
-def check_token_type_ids(config: TurnerConfig, token_type_ids: torch.Tensor | None, input_shape: torch.Size) -> None:
-    """Token types index `token_type_embeddings`; a model without them accepts only all-zero types (one segment)."""
+def check_token_type_ids(token_type_ids: torch.Tensor | None, input_shape: tuple[int, int]) -> None:
+    """Token types index `token_type_embeddings`, one per token."""
     if token_type_ids is None:
         return
     if tuple(token_type_ids.shape) != tuple(input_shape) or token_type_ids.is_floating_point():
         raise _invalid_input(
             "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
         )
-    if config.type_vocab_size:
-        allowed = f"types must be in [0, {config.type_vocab_size})"
-    else:
-        allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
-    _check_range("token_type_ids", token_type_ids, 0, max(config.type_vocab_size, 1), allowed)
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
@@ -104,7 +171,49 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, t
         )
 
 
-def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_size: int) -> None:
+def position_check(
+    config: TurnerConfig, position_ids: torch.Tensor | None, past_length: int | torch.Tensor, length: int, reads: bool
+) -> RangeCheck | None:
+    """Learned positions stop at `max_position_embeddings` (`config.max_positions`). The positions the model derives
+    (past + current tokens) are checked on the host when the cache's length is a number; the caller's are read."""
+    limit = config.max_positions
+    if limit is None:
+        return None
+    allowed = (
+        f"learned position embeddings cover positions 0..{limit - 1} (max_position_embeddings={limit}): shorten the "
+        "input (with a cache: the tokens already in it count), or use position_embedding_type='sinusoidal' or 'rotary'"
+    )
+    if position_ids is not None:
+        return range_check("position_ids", position_ids, 0, limit, allowed) if reads else None
+    if isinstance(past_length, int):
+        if past_length + length > limit:
+            tokens = f"{past_length} cached + {length} new tokens" if past_length else f"{length} tokens"
+            raise _invalid_input("input_ids", f"of {tokens} (positions up to {past_length + length - 1})", allowed)
+        return None
+    return RangeCheck("input_ids", past_length.reshape(1).expand(2) + length - 1, 0, limit, allowed) if reads else None
+
+
+def cache_position_check(
+    cache_position: torch.Tensor, past_length: int | torch.Tensor, length: int, reads: bool
+) -> RangeCheck | None:
+    """`cache_position`, which older decoding loops pass, must be where the model writes this step's keys and values
+    anyway: `past_length, ..., past_length + length - 1`. The model derives them itself, so nothing else reads it."""
+    slots = f"{past_length}..{past_length + length - 1}" if isinstance(past_length, int) else "past.."
+    expected = f"the cache slots of this step, {slots} (or leave it out)"
+    if not isinstance(cache_position, torch.Tensor) or cache_position.shape != (length,):
+        shown = _shape(cache_position) if isinstance(cache_position, torch.Tensor) else repr(cache_position)
+        raise _invalid_input("cache_position", shown, f"expected a tensor of shape ({length},): {expected}")
+    if not reads:
+        return None
+    offsets = cache_position - torch.arange(length, device=cache_position.device) - past_length  # all 0 when right
+    return RangeCheck(
+        "cache_position", torch.stack(torch.aminmax(offsets)).long(), 0, 1, expected, shown=cache_position
+    )
+
+
+def causal_lm_label_check(
+    config: TurnerConfig, labels: torch.Tensor, input_shape: tuple[int, int]
+) -> RangeCheck | None:
     """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
     if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
         raise _invalid_input(
@@ -112,36 +221,41 @@ def check_causal_lm_labels(labels: torch.Tensor, input_shape: torch.Size, vocab_
             _shape_and_dtype(labels),
             f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
         )
-    _check_range("labels", labels, 0, vocab_size, f"ids must be in [0, {vocab_size}) or -100 (ignored)", ignore=-100)
+    if not reads_values(config, labels):
+        return None
+    vocab = config.vocab_size
+    return range_check("labels", labels, 0, vocab, f"ids must be in [0, {vocab}) or -100 (ignored)", ignore=-100)
 
 
-def check_classification_labels(labels: torch.Tensor, config: TurnerConfig, batch_size: int) -> None:
+def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch_size: int) -> RangeCheck | None:
     """The label forms `transformers`' classification loss accepts, checked before it sees them."""
-    num_labels, problem = config.num_labels, config.problem_type
+    num_labels, problem, reads = config.num_labels, config.problem_type, reads_values(config, labels)
     if problem == "regression" or (problem is None and num_labels == 1):
         if labels.numel() != batch_size * num_labels or not labels.is_floating_point():
             raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"regression expects {batch_size} x {num_labels} floats",
+                "labels", _shape_and_dtype(labels), f"regression expects {batch_size} x {num_labels} floats"
             )
-    elif problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
+        return None
+    if problem == "multi_label_classification" or (problem is None and labels.is_floating_point()):
         if tuple(labels.shape) != (batch_size, num_labels) or not labels.is_floating_point():
             raise _invalid_input(
                 "labels",
                 _shape_and_dtype(labels),
                 f"multi-label classification expects floats of shape ({batch_size}, {num_labels})",
             )
-        if _checks_enabled(labels) and bool(((labels < 0) | (labels > 1)).any()):
-            raise _invalid_input("labels", "contains values outside [0, 1]", "multi-label targets must be in [0, 1]")
-    else:
-        if labels.numel() != batch_size or labels.is_floating_point():
-            raise _invalid_input(
-                "labels",
-                _shape_and_dtype(labels),
-                f"single-label classification expects {batch_size} integer class ids",
-            )
-        _check_range("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
+        if not reads:
+            return None
+        outside = ((labels < 0) | (labels > 1)).any().long().reshape(1).expand(2)  # 1: a value outside [0, 1]
+        return RangeCheck(
+            "labels", outside, 0, 1, "multi-label targets must be in [0, 1]", shown="contains values outside [0, 1]"
+        )
+    if labels.numel() != batch_size or labels.is_floating_point():
+        raise _invalid_input(
+            "labels", _shape_and_dtype(labels), f"single-label classification expects {batch_size} integer class ids"
+        )
+    if not reads:
+        return None
+    return range_check("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
 
 
 def check_image_inputs(
@@ -178,41 +292,34 @@ def check_image_inputs(
         )
 
 
-def check_position_ids(
-    config: TurnerConfig, position_ids: torch.Tensor, total_length: int | None, derived: bool
-) -> None:
-    """Learned positions stop at `max_position_embeddings`. Positions derived from the sequence (by the model, or by
-    generate()) never exceed its length, so within the table they need no read."""
+def check_generation_length(config: TurnerConfig, prompt_length: int, max_length: int) -> None:
+    """generate() feeds back every token but the last, so a model with learned positions (§3) can continue a prompt
+    only while prompt + new tokens - 1 stays within `max_position_embeddings`: refused before the first step."""
     limit = config.max_positions
-    if limit is None or (derived and total_length is not None and total_length <= limit):
+    if limit is None or max_length - 1 <= limit:
         return
-    _check_range(
-        "position_ids",
-        position_ids,
-        0,
-        limit,
-        f"learned position embeddings cover positions 0..{limit - 1} (max_position_embeddings): shorten the "
-        "input (with the cache: prompt + generated tokens), or use position_embedding_type='sinusoidal'",
+    new_tokens = max_length - prompt_length
+    ways_out = ["use a model with position_embedding_type='sinusoidal' or 'rotary'"]
+    if prompt_length <= limit:
+        ways_out.insert(0, f"ask for at most {limit + 1 - prompt_length} new tokens (max_new_tokens)")
+    ways_out.insert(0, f"keep the prompt's last {max(limit + 1 - new_tokens, 1)} tokens or fewer (truncate it)")
+    raise ValueError(
+        f"generate() was asked for {new_tokens} new tokens after a prompt of {prompt_length} tokens (max_length="
+        f"{max_length}): it would feed the model positions up to {max_length - 2}, but this model learned "
+        f"{limit} positions (max_position_embeddings={limit}). To fit, {', or '.join(ways_out)}."
     )
 
 
-def check_text_forward(
-    config: TurnerConfig,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    token_type_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-    past_length: int | torch.Tensor,
-) -> int | None:
-    """Everything a text forward pass takes, before it is used. Returns the length of past and current tokens
-    together, or None where reading it would sync a device (`_host_int`)."""
-    check_text_inputs(config, input_ids, inputs_embeds)
-    input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    check_token_type_ids(config, token_type_ids, input_shape)
-    total_length = _host_int(past_length + input_shape[1])
-    if total_length is not None:
-        check_attention_mask(attention_mask, input_shape[0], total_length)
-    return total_length
+def check_generated_pad(config: TurnerConfig, pad_token_id: int | None, batch_size: int) -> None:
+    """Greedy and sampled decoding feed `pad_token_id` to the model once a row of the batch has ended: it must be a
+    token of the vocabulary (an id from before `resize_token_embeddings`, say, is not)."""
+    if batch_size > 1 and pad_token_id is not None and not 0 <= pad_token_id < config.vocab_size:
+        raise _invalid_input(
+            "pad_token_id",
+            pad_token_id,
+            f"generate() feeds it to the model after a row of the batch ends, so it must be a token id in "
+            f"[0, {config.vocab_size}) (vocab_size); set generation_config.pad_token_id (or pass pad_token_id=)",
+        )
 
 
 def check_modality(model_name: str, config: TurnerConfig, image: bool) -> None:
@@ -236,21 +343,3 @@ def check_cache(config: TurnerConfig, cache: object | None) -> object | None:
         "this model is bidirectional (is_causal=False): a new token changes every earlier token's keys and values, "
         "so it cannot continue from a cache; pass the whole sequence",
     )
-
-
-def check_cache_position(cache_position: torch.Tensor | None, past_length: int | torch.Tensor, length: int) -> None:
-    """`cache_position`, which older decoding loops pass, must be where the model writes this step's keys and values
-    anyway: `past_length, ..., past_length + length - 1`. The model derives them itself, so nothing else reads it."""
-    if cache_position is None:
-        return
-    expected = f"the cache slots of this step, {past_length}..{past_length + length - 1} (or leave it out)"
-    if not isinstance(cache_position, torch.Tensor) or cache_position.shape != (length,):
-        raise _invalid_input(
-            "cache_position",
-            _shape(cache_position) if isinstance(cache_position, torch.Tensor) else repr(cache_position),
-            f"expected a tensor of shape ({length},): {expected}",
-        )
-    if _checks_enabled(cache_position):
-        slots = torch.arange(length) + past_length
-        if not torch.equal(cache_position.cpu().long(), slots):
-            raise _invalid_input("cache_position", f"{cache_position.tolist()}", expected)

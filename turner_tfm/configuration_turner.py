@@ -31,6 +31,7 @@ _token_id = _checked(dataclasses.field, "it must be None or a token id in [0, vo
 # Keys transformers passes a config that are no `PreTrainedConfig` attribute: any other is a typo or a newer field
 _PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
 _PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
+_UNSET = object()
 _OWN_PLAN = "built from the config's own fields; pass from_pretrained distributed_config=DistributedConfig(tp_plan=...)"
 
 
@@ -84,6 +85,7 @@ class _TurnerFields(PreTrainedConfig):
     patch_size: int = _positive_int(default=16)
     num_channels: int = _positive_int(default=3)
     use_cache: bool = _bool(default=True)
+    check_input_values: bool = _bool(default=True)  # read token ids, labels and positions back once per call
     tie_word_embeddings: bool | None = _bool(default=None)
     pad_token_id: int | None = _token_id(default=None)
     bos_token_id: int | None = _token_id(default=None)
@@ -212,7 +214,10 @@ class TurnerConfig(_TurnerFields):
     >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))"""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Check the value (wording what the field allows), then let the fields derived from this one follow it."""
+        """Check the value (wording what the field allows), then let the fields derived from this one follow it. The
+        same value set again changes nothing (`merge_with_config_defaults` sets `is_causal` to itself on every call)."""
+        if self.__dict__.get(name, _UNSET) is value:
+            return
         before = self._derived() if getattr(self, "_post_init_done", False) else None  # once the config is built
         try:
             super().__setattr__(name, value)

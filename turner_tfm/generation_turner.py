@@ -2,12 +2,16 @@
 appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; `save_pretrained` copies it beside it.
 """
 
+from contextvars import ContextVar
+
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, GenerationMode
+from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
+from .checks_turner import check_generated_pad, check_generation_length
 from .compat_turner import CACHE_NAME
 
 logger = logging.get_logger(__name__)
@@ -22,20 +26,20 @@ class TurnerDynamicLayer(DynamicLayer):
     full, so a token costs one write and total copying stays under twice the final length.
 
     As safe as `DynamicLayer`, whose tensors are never written after they are returned: a row of the buffer is written
-    once, only if no tensor handed out so far covers it. The buffer remembers how many rows it has exposed (shared
-    with a shallow copy of the layer, which views the same buffer); after a crop, a reset or a copy that shrinks the
-    cache below that mark, the next update starts a new buffer instead of writing over rows a caller may still hold.
-    Whatever else replaces `keys` (beam reordering, batch selection, offloading) is not a prefix of the buffer and
-    also starts a new one. Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
+    once, only if no tensor handed out so far covers it. The buffer remembers the keys and values it handed out last
+    (shared with a shallow copy of the layer, which views the same buffer), and the next update appends in place only
+    if the layer still holds exactly those: whatever replaced them (a crop, a reset, beam reordering, batch selection,
+    offloading, another copy's update) starts a new buffer instead of writing over rows a caller may still hold.
+    Steps that autograd records, or that dynamo traces, concatenate as `DynamicLayer` does.
     """
 
     min_capacity = 256
-    _buffers: list | None = None  # [keys, values, rows exposed], set by the first update; shared by shallow copies
+    _buffers: "_AppendBuffers | None" = None  # set by the first update; shared by shallow copies
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if is_torchdynamo_compiling() or (torch.is_grad_enabled() and key_states.requires_grad):
+        if (key_states.requires_grad and torch.is_grad_enabled()) or is_torchdynamo_compiling():
             if not self.get_seq_length():  # as concatenating to nothing, without the copy (a training step's cache)
                 self.lazy_initialization(key_states, value_states)
                 self.keys, self.values = key_states, value_states
@@ -43,15 +47,15 @@ class TurnerDynamicLayer(DynamicLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        length = self.get_seq_length()
-        if not self._buffers_hold(length, key_states, value_states):
-            self._new_buffers(length, key_states, value_states)
-        key_buffer, value_buffer, _ = self._buffers
-        end = length + key_states.shape[-2]
-        key_buffer[..., length:end, :] = key_states
-        value_buffer[..., length:end, :] = value_states
-        self._buffers[2] = end
-        self.keys, self.values = key_buffer[..., :end, :], value_buffer[..., :end, :]
+        buffers = self._buffers
+        start = self.get_seq_length()
+        end = start + key_states.shape[-2]
+        if buffers is None or not buffers.extend(self.keys, self.values, key_states, end):
+            buffers = self._buffers = _AppendBuffers(self.keys, self.values, start, key_states, value_states, end)
+        buffers.keys[..., start:end, :] = key_states
+        buffers.values[..., start:end, :] = value_states
+        self.keys = buffers.handed_keys = buffers.keys[..., :end, :]
+        self.values = buffers.handed_values = buffers.values[..., :end, :]
         return self.keys, self.values
 
     def reset(self) -> None:
@@ -59,50 +63,44 @@ class TurnerDynamicLayer(DynamicLayer):
         self._buffers = None
         super().reset()
 
-    def _buffers_hold(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
-        """The buffers hold the cache as their first `length` rows, no row past them was ever handed out, and the new
-        states fit beside them."""
-        if self._buffers is None:
-            return False
-        key_buffer, value_buffer, exposed = self._buffers
-        if length != exposed or length + key_states.shape[-2] > key_buffer.shape[-2]:
-            return False
-        if key_buffer.is_inference() and not torch.is_inference_mode_enabled():
-            return False  # an inference tensor cannot be written outside inference mode
-        return all(
-            _is_prefix(cached, buffer, new)
-            for cached, buffer, new in zip(
-                (self.keys, self.values), (key_buffer, value_buffer), (key_states, value_states), strict=True
-            )
-        )
 
-    def _new_buffers(self, length: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        capacity = max(2 * (length + key_states.shape[-2]), self.min_capacity)
-        key_buffer, value_buffer = (
+class _AppendBuffers:
+    """The buffers a `TurnerDynamicLayer` appends to, and the keys and values (views of their first rows) it handed
+    out last."""
+
+    __slots__ = ("handed_keys", "handed_values", "inference", "keys", "values")
+
+    def __init__(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        length: int,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        end: int,
+    ):
+        """Buffers for rows up to `end` at least, holding the first `length` rows (`keys`, `values`)."""
+        capacity = max(2 * end, TurnerDynamicLayer.min_capacity)
+        self.keys, self.values = (
             new.new_empty((*new.shape[:-2], capacity, new.shape[-1])) for new in (key_states, value_states)
         )
         if length:
-            key_buffer[..., :length, :] = self.keys
-            value_buffer[..., :length, :] = self.values
-        self._buffers = [key_buffer, value_buffer, length]
+            self.keys[..., :length, :] = keys
+            self.values[..., :length, :] = values
+        self.handed_keys, self.handed_values = keys, values
+        self.inference = self.keys.is_inference()  # an inference tensor cannot be written outside inference mode
 
-
-def _is_prefix(cached: torch.Tensor, buffer: torch.Tensor, new: torch.Tensor) -> bool:
-    """`cached` is empty or the buffer's first rows (same storage, start and strides), and `new` fits beside it."""
-    fits = (
-        new.shape[:-2] == buffer.shape[:-2]
-        and new.shape[-1] == buffer.shape[-1]
-        and (new.dtype, new.device) == (buffer.dtype, buffer.device)
-    )
-    if not fits or cached.numel() == 0:
-        return fits
-    return (
-        cached.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
-        and cached.storage_offset() == buffer.storage_offset()
-        and cached.stride() == buffer.stride()
-        and cached.shape[:-2] == buffer.shape[:-2]
-        and cached.shape[-1] == buffer.shape[-1]
-    )
+    def extend(self, keys: torch.Tensor, values: torch.Tensor, key_states: torch.Tensor, end: int) -> bool:
+        """Whether rows up to `end` can be written in place: the layer holds what was handed out last, the new
+        states are of the same batch, heads and dtype, and they fit."""
+        return (
+            keys is self.handed_keys
+            and values is self.handed_values
+            and end <= self.keys.shape[-2]
+            and key_states.shape[:-2] == self.keys.shape[:-2]
+            and key_states.dtype == self.keys.dtype
+            and (not self.inference or torch.is_inference_mode_enabled())
+        )
 
 
 def appending_cache(cache: Cache) -> Cache:
@@ -114,22 +112,101 @@ def appending_cache(cache: Cache) -> Cache:
     return cache
 
 
+# Decoding that feeds the model only tokens it chose from its own logits (and the pad id, checked up front): from the
+# second step on, the forward pass reads nothing back (`generated_step`). Assisted decoding feeds another model's
+# candidates, and is checked at every step.
+OWN_TOKENS = frozenset(
+    {GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE, GenerationMode.BEAM_SEARCH, GenerationMode.BEAM_SAMPLE}
+)
+
+
+class _Decoding:
+    """What a running generate() knows of the forward pass it makes next."""
+
+    __slots__ = ("own_tokens", "stepping")
+
+    def __init__(self):
+        self.own_tokens = False  # the decoding feeds only the model's own tokens (`OWN_TOKENS`)
+        self.stepping = False  # past the prompt: the next forward pass is fed the tokens of the last step
+
+
+# Set by TurnerGenerationMixin.generate() for the length of the call: a context variable, not a flag on the model, so
+# that other threads and calls outside generate() are unaffected (and nothing of it reaches forward()'s arguments,
+# which transformers' exporters record from a generate() call)
+_DECODING: ContextVar[_Decoding | None] = ContextVar("turner_decoding", default=None)
+
+
+def generated_step() -> bool:
+    """Whether the forward pass about to run is a decoding step of generate() fed only the model's own tokens: its
+    inputs need no check. Never while tracing (dynamo cannot read a context variable; no value is read there)."""
+    if is_torchdynamo_compiling():
+        return False
+    decoding = _DECODING.get()
+    return decoding is not None and decoding.stepping
+
+
 class TurnerGenerationMixin(GenerationMixin):
-    """`generate()` for the Turner causal LM: its own dynamic caches append in place, and a bidirectional model
-    decodes without a cache. Nothing else changes, and the model's parameters are never touched."""
+    """`generate()` for the Turner causal LM: its own dynamic caches append in place, a bidirectional model decodes
+    without a cache, a prompt that would outgrow learned positions is refused before the first step, and the tokens
+    the model chose are not checked again. Nothing else changes, and the model's parameters are never touched."""
+
+    def generate(self, *args, **kwargs):
+        """`GenerationMixin.generate`, the prompt's forward pass checked as any other, the steps after it not when
+        they feed the model its own tokens (`generated_step`)."""
+        token = _DECODING.set(_Decoding())
+        try:
+            return super().generate(*args, **kwargs)
+        finally:
+            _DECODING.reset(token)
+
+    def _validate_generated_length(
+        self, generation_config: GenerationConfig, input_ids_length: int, *args, **kwargs
+    ) -> None:
+        super()._validate_generated_length(generation_config, input_ids_length, *args, **kwargs)
+        check_generation_length(self.config, input_ids_length, generation_config.max_length)
 
     def _prepare_cache_for_generation(
-        self, generation_config: GenerationConfig, model_kwargs: dict, *args, **kwargs
+        self,
+        generation_config: GenerationConfig,
+        model_kwargs: dict,
+        generation_mode: GenerationMode,
+        batch_size: int,
+        *args,
+        **kwargs,
     ) -> None:
         """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
-        and `cache_implementation="offloaded"`); a cache the caller passes is used as given."""
+        and `cache_implementation="offloaded"`); a cache the caller passes is used as given. Also notes whether the
+        decoding feeds the model only its own tokens (`OWN_TOKENS`)."""
         if not self.config.is_causal:
             logger.warning_once(
                 f"{type(self).__name__} is bidirectional (is_causal=False): generate() runs without a cache, since "
                 "every new token changes the keys and values of the earlier ones."
             )
             generation_config.use_cache = False
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        super()._prepare_cache_for_generation(
+            generation_config, model_kwargs, generation_mode, batch_size, *args, **kwargs
+        )
         cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
+        if generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
+            check_generated_pad(self.config, _pad_token_id(generation_config), batch_size)
+        if (decoding := _DECODING.get()) is not None:
+            decoding.own_tokens = generation_mode in OWN_TOKENS
+
+    def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict, *args, **kwargs) -> dict:
+        """After each step: the next forward pass is fed that step's tokens."""
+        if (decoding := _DECODING.get()) is not None:
+            decoding.stepping = decoding.own_tokens
+        return super()._update_model_kwargs_for_generation(outputs, model_kwargs, *args, **kwargs)
+
+
+def _pad_token_id(generation_config: GenerationConfig) -> int | None:
+    """The id greedy and sampled decoding write after a row ends: `pad_token_id`, else the first `eos_token_id`
+    (none without an end of sequence)."""
+    eos = generation_config.eos_token_id
+    if eos is None or eos == []:
+        return None
+    if generation_config.pad_token_id is not None:
+        return generation_config.pad_token_id
+    return eos[0] if isinstance(eos, list) else eos

@@ -41,18 +41,17 @@ from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
+    causal_lm_label_check,
     check_cache,
-    check_cache_position,
-    check_causal_lm_labels,
-    check_classification_labels,
     check_image_inputs,
     check_modality,
-    check_position_ids,
-    check_text_forward,
+    classification_label_check,
+    raise_if_out_of_range,
+    text_input_checks,
 )
-from .compat_turner import cached_length, named_cache, output_cache, takes_cache, update_cache
+from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
-from .generation_turner import TurnerGenerationMixin, appending_cache
+from .generation_turner import TurnerGenerationMixin, appending_cache, generated_step
 from .hub_turner import TurnerHubMixin
 from .parallel_turner import TurnerParallelMixin
 from .pooling_turner import (
@@ -157,6 +156,11 @@ class TurnerBatchNorm(nn.BatchNorm1d):
 NORMS: dict[str, type[nn.Module]] = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "batchnorm": TurnerBatchNorm}
 
 
+def build_dropout(probability: float) -> nn.Module:
+    """Dropout, or where its probability is 0 (the default) the identity, which launches no operator."""
+    return nn.Dropout(probability) if probability else nn.Identity()
+
+
 def build_norm(config: TurnerConfig) -> nn.Module:
     return NORMS[config.normalization](config.hidden_size, eps=config.layer_norm_eps)
 
@@ -173,7 +177,7 @@ class TurnerEmbeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         )
         self.norm = build_norm(config) if config.embedding_layer_norm else None
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = build_dropout(config.hidden_dropout)
 
     def forward(
         self,
@@ -210,7 +214,7 @@ class TurnerPatchEmbeddings(nn.Module):
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
         self.embed_positions = build_position_embedding(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = build_dropout(config.hidden_dropout)
 
     def forward(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False) -> torch.Tensor:
         pixel_values = pixel_values.to(self.patch_embed.weight.dtype)
@@ -234,6 +238,11 @@ class TurnerPatchEmbeddings(nn.Module):
         resized = nn.functional.interpolate(patch_table.float(), size=tuple(grid), mode="bicubic", align_corners=False)
         resized = resized.to(table.dtype).permute(0, 2, 3, 1).reshape(-1, table.shape[-1])
         return torch.cat([table[:1], resized])
+
+
+def attention_function(config: TurnerConfig) -> Callable:
+    """The attention function `config._attn_implementation` names (eager: `eager_attention_forward`, below)."""
+    return ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)
 
 
 def eager_attention_forward(
@@ -289,8 +298,11 @@ class TurnerAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_interface: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention_interface`: the attention function (eq. 2, 5) the backbone looked up for this forward pass; by
+        default the one `config._attn_implementation` names."""
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
         # Explicit widths, one per part, written out as a tuple on `self.qkv_proj(...)`: vLLM's Transformers backend
@@ -302,7 +314,9 @@ class TurnerAttention(nn.Module):
             key = query
         else:
             query, key, value = self.qkv_proj(hidden_states).split((width, width, width), dim=-1)
-        query, key, value = (states.view(heads_shape).transpose(1, 2) for states in (query, key, value))
+        query = query.view(heads_shape).transpose(1, 2)
+        key = key.view(heads_shape).transpose(1, 2)
+        value = value.view(heads_shape).transpose(1, 2)
         if position_embeddings is not None:  # rotary: relative positions enter through the scores alone
             cos, sin = position_embeddings
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
@@ -310,9 +324,7 @@ class TurnerAttention(nn.Module):
         if cache is not None:  # §4.1 incremental property: earlier keys and values never change
             key, value = update_cache(cache, key, value, self.layer_idx, kwargs)
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
+        attention_interface = attention_interface or attention_function(self.config)
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -323,7 +335,7 @@ class TurnerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))
         return attn_output, attn_weights
 
 
@@ -359,34 +371,25 @@ class TurnerBlock(GradientCheckpointingLayer):
         self.attn_norm = build_norm(config)
         self.mlp = TurnerMLP(config)
         self.mlp_norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = build_dropout(config.hidden_dropout)
 
-    @takes_cache
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_interface: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        def self_attention(x: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(
-                x,
-                attention_mask=attention_mask,
-                cache=cache,
-                position_embeddings=position_embeddings,
-                **kwargs,
-            )[0]
-
-        hidden_states = self._residual(hidden_states, self_attention, self.attn_norm)
-        return self._residual(hidden_states, self.mlp, self.mlp_norm)
-
-    def _residual(self, x: torch.Tensor, sublayer: Callable, norm: nn.Module) -> torch.Tensor:
-        """`x + res(x)` (§2.3), with the norm on the residual branch's input or after the sum."""
+        """The cache comes under this release's name (`CACHE_NAME`): the one gradient checkpointing clears."""
+        attention = (attention_mask, kwargs.pop(CACHE_NAME, None), position_embeddings, attention_interface)
         if self.pre_norm:
-            return x + self.dropout(sublayer(norm(x)))
-        return norm(x + self.dropout(sublayer(x)))
+            attn_output, _ = self.self_attn(self.attn_norm(hidden_states), *attention, **kwargs)
+            hidden_states = hidden_states + self.dropout(attn_output)
+            return hidden_states + self.dropout(self.mlp(self.mlp_norm(hidden_states)))
+        attn_output, _ = self.self_attn(hidden_states, *attention, **kwargs)
+        hidden_states = self.attn_norm(hidden_states + self.dropout(attn_output))
+        return self.mlp_norm(hidden_states + self.dropout(self.mlp(hidden_states)))
 
 
 class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel):
@@ -456,6 +459,7 @@ class TurnerModel(TurnerPreTrainedModel):
         pixel_values: torch.Tensor | None = None,
         interpolate_pos_encoding: bool = False,
         use_cache: bool | None = None,
+        checked_by_caller: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         r"""
@@ -463,31 +467,37 @@ class TurnerModel(TurnerPreTrainedModel):
             Images, for an image model (`config.image_size` set) in place of `input_ids`.
         interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
             Resize learned patch positions to accept images of another size than `config.image_size`.
+        checked_by_caller (`bool`, *optional*, defaults to `False`):
+            The caller (a Turner head) checked these inputs already: the backbone checks nothing (`checks_turner`).
         """
         packed = position_ids is not None and attention_mask is None  # a packed row: positions restart per sequence
         if self.config.is_image_model:
-            check_image_inputs(self.config, pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
+            if not checked_by_caller:
+                check_image_inputs(self.config, pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
             hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding)
-            use_cache = False
+            cache, use_cache, fresh_cache = None, False, True
         else:
-            hidden_states, cache, position_ids = self._embed_text(
-                input_ids,
-                inputs_embeds,
-                attention_mask,
-                position_ids,
-                token_type_ids,
-                cache,
-                use_cache,
-                kwargs.pop("cache_position", None),
+            fresh_cache = cache is None
+            cache = check_cache(self.config, cache)
+            if use_cache and cache is None and self.config.is_causal:  # only a causal model reads keys back (§4.1)
+                cache = appending_cache(DynamicCache(config=self.config))
+            if not checked_by_caller:
+                checks = text_input_checks(
+                    self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
+                    kwargs.get("cache_position"), cached_length(cache),
+                )  # fmt: skip
+                raise_if_out_of_range(checks)
+            hidden_states, position_ids = self._embed_text(
+                input_ids, inputs_embeds, position_ids, token_type_ids, cache
             )
-        mask = self._attention_mask(hidden_states, attention_mask, cache, position_ids, packed)
+        kwargs.pop("cache_position", None)  # checked above: the model derives the slots itself
+        mask = self._attention_mask(hidden_states, attention_mask, cache, position_ids, packed, fresh_cache)
         rotations = self._rotations(hidden_states, position_ids)
 
         block_cache = named_cache(cache)  # under the name this release's gradient checkpointing clears
+        attention = attention_function(self.config)  # looked up once for every block
         for block in self.layers:
-            hidden_states = block(
-                hidden_states, attention_mask=mask, position_embeddings=rotations, **block_cache, **kwargs
-            )
+            hidden_states = block(hidden_states, mask, rotations, attention, **block_cache, **kwargs)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
@@ -501,36 +511,17 @@ class TurnerModel(TurnerPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
         position_ids: torch.LongTensor | None,
         token_type_ids: torch.LongTensor | None,
         cache: Cache | None,
-        use_cache: bool | None,
-        cache_position: torch.LongTensor | None,
-    ) -> tuple[torch.Tensor, Cache | None, torch.LongTensor]:
-        cache = check_cache(self.config, cache)
-        if use_cache and cache is None and self.config.is_causal:  # only a causal model reads its keys back (§4.1)
-            cache = appending_cache(DynamicCache(config=self.config))
-        past_seen = cached_length(cache)
-        total_length = check_text_forward(
-            self.config,
-            input_ids,
-            inputs_embeds,
-            token_type_ids,
-            attention_mask,
-            past_seen,
-        )
-        check_cache_position(
-            cache_position, past_seen, (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        )
+    ) -> tuple[torch.Tensor, torch.LongTensor]:
+        """X^(0) of text and its positions: after the cached tokens, unless the caller gives them."""
         if input_ids is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids)
-        derived_positions = position_ids is None
         if position_ids is None:
+            past_seen = cached_length(cache)
             position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen).unsqueeze(0)
-        check_position_ids(self.config, position_ids, total_length, derived_positions)
-        hidden_states = self.embeddings(inputs_embeds, position_ids, token_type_ids)
-        return hidden_states, cache, position_ids
+        return self.embeddings(inputs_embeds, position_ids, token_type_ids), position_ids
 
     def _rotations(
         self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None
@@ -548,14 +539,29 @@ class TurnerModel(TurnerPreTrainedModel):
         attention_mask: torch.Tensor | None,
         cache: Cache | None,
         position_ids: torch.Tensor | None,
-        packed: bool = False,
+        packed: bool,
+        fresh_cache: bool,
     ) -> torch.Tensor | None:
         """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding. In a
         packed row (`packed`: the caller's positions restart at each sequence, no padding mask) every token attends
         only within its own sequence. transformers finds the sequences for the causal mask when no cache is passed;
         here they are found for the full mask, and on the first pass of a fresh cache (the model makes one in eval
-        mode) unless a tracer runs, which cannot tell a packed row from one sequence (export passes positions)."""
+        mode) unless a tracer runs, which cannot tell a packed row from one sequence (export passes positions).
+
+        With no padding, no packing and no cache passed in (`fresh_cache`: the keys are this call's tokens alone, so
+        queries and keys are the same tokens, traced or not), causal sdpa needs no mask: None, and sdpa's `is_causal`.
+        transformers decides the same outside a tracer, but keeps the mask under torch.compile before torch 2.14
+        (pytorch#176499: `torch.compiler.is_exporting()` is constant True there), twice the attention work; this
+        stands in for that fix."""
         causal = self.config.is_causal
+        if (
+            causal
+            and attention_mask is None
+            and not packed
+            and fresh_cache
+            and self.config._attn_implementation == "sdpa"
+        ):
+            return None
         ours = not causal or (cache is not None and not is_torchdynamo_compiling())
         sequences = None
         if packed and ours and cached_length(cache) == 0:
@@ -618,6 +624,15 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         logits_to_keep (`int` or `torch.Tensor`, *optional*):
             Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
         """
+        if not generated_step():  # the inputs and the labels, in one read
+            checks = text_input_checks(
+                self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
+                kwargs.get("cache_position"), cached_length(check_cache(self.config, cache)),
+            )  # fmt: skip
+            if labels is not None:
+                input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+                checks.append(causal_lm_label_check(self.config, labels, input_shape))
+            raise_if_out_of_range(checks)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -626,6 +641,7 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             use_cache=use_cache,
+            checked_by_caller=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -634,7 +650,6 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
 
         loss = None
         if labels is not None:
-            check_causal_lm_labels(labels, hidden_states.shape[:2], self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
@@ -652,7 +667,7 @@ class _TurnerClassifierMixin:
         check_modality(type(self).__name__, config, image)
         self.num_labels = config.num_labels
         self.model = TurnerModel(config)
-        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dropout = build_dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def _classify(
@@ -675,7 +690,6 @@ class _TurnerClassifierMixin:
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
         if labels is None:
             return None
-        check_classification_labels(labels, self.config, logits.shape[0])
         return self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
 
 
@@ -710,6 +724,11 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             for a packed row, `batch` is its number of sequences.
         """
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
+        checks = text_input_checks(self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids)
+        if labels is not None and sequence_index is None:  # one label a row: read with the inputs
+            batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+            checks.append(classification_label_check(self.config, labels, batch_size))
+        raise_if_out_of_range(checks)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -717,11 +736,14 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             use_cache=False,
+            checked_by_caller=True,
             **kwargs,
         )
         logits = self._classify(
             outputs, pooling_mask(input_ids, attention_mask, self.config.pad_token_id), sequence_index
         )
+        if labels is not None and sequence_index is not None:  # one label a sequence of the packed row
+            raise_if_out_of_range([classification_label_check(self.config, labels, logits.shape[0])])
         return SequenceClassifierOutputWithPast(
             loss=self._classification_loss(logits, labels),
             logits=logits,
@@ -754,7 +776,17 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
         labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
         """
-        outputs = self.model(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
+        check_image_inputs(
+            self.config, pixel_values, kwargs.get("input_ids"), kwargs.get("inputs_embeds"), interpolate_pos_encoding
+        )
+        if labels is not None:
+            raise_if_out_of_range([classification_label_check(self.config, labels, pixel_values.shape[0])])
+        outputs = self.model(
+            pixel_values=pixel_values,
+            interpolate_pos_encoding=interpolate_pos_encoding,
+            checked_by_caller=True,
+            **kwargs,
+        )
         logits = self._classify(outputs, None)
         return ImageClassifierOutput(
             loss=self._classification_loss(logits, labels),
