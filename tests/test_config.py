@@ -16,6 +16,7 @@ from transformers import (
     AutoConfig,
     AutoModelForImageClassification,
     AutoModelForSequenceClassification,
+    GPT2Config,
     PreTrainedConfig,
 )
 from transformers.activations import ACT2FN
@@ -106,8 +107,8 @@ def test_save_and_load_round_trip(tmp_path):
         ("classifier_pooling", "max", "cls"),
         ("norm_position", "middle", "pre"),
         ("hidden_act", "swishy", "gelu"),
-        ("pad_token_id", 99, "token id in [0, 99)"),
-        ("eos_token_id", [2, -1], "token id in [0, 99)"),
+        ("pad_token_id", 1.5, "integer token id"),
+        ("eos_token_id", [2, "3"], "integer token id"),
         ("classifier_dropout", 1.0, "probability"),
         ("normalization", "groupnorm", "layernorm"),
         ("mlp_hidden_layers", 3, "[1, 2]"),
@@ -284,7 +285,6 @@ def test_an_invalid_assignment_after_construction_is_refused_at_once(field, valu
             "tie_word_embeddings",
             "tie_word_embeddings=False",
         ),
-        (text_config, {"vocab_size": 2}, "eos_token_id", "token id in [0, 2)"),
         (image_config, {"patch_size": 5}, "patch_size", "divide image_size=16"),
         (image_config, {"max_position_embeddings": 64}, "max_position_embeddings", "17 positions"),
         (image_config, {"type_vocab_size": 2}, "type_vocab_size", "no token types"),
@@ -305,6 +305,21 @@ def test_a_config_made_invalid_across_fields_is_refused_by_save_before_anything_
     assert not (folder / "config.json").exists() and not folder.exists()
     with pytest.raises(ValueError, match=f"`{field}`"):
         config.validate()
+
+
+@pytest.mark.parametrize("family", ["GPT-2", "Turner"])
+def test_a_special_id_outside_the_vocabulary_gets_transformers_warning_and_saves_and_loads_as_gpt2s(family, tmp_path):
+    """Issue 44, item 2: transformers warns of such an id (Hub configs hold pad_token_id=-1, a vocabulary resized below
+    a special id keeps it); the input checks refuse it where a model would look it up."""
+    make = GPT2Config if family == "GPT-2" else TurnerConfig
+    logging.warning_once.cache_clear()  # transformers says each message once a process
+    with CaptureLogger(logging.get_logger("transformers.configuration_utils")) as captured:
+        config = make(vocab_size=10, pad_token_id=98, eos_token_id=[2, 3])
+    assert "pad_token_id" in captured.out and "got 98" in captured.out
+    config.vocab_size = 3  # as resize_token_embeddings sets it; transformers checks no id inside a list (eos 3)
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (type(loaded), loaded.vocab_size, loaded.pad_token_id, loaded.eos_token_id) == (make, 3, 98, [2, 3])
 
 
 def test_a_derived_field_set_back_to_none_is_derived_again_when_the_saved_config_loads(tmp_path):

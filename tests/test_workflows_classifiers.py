@@ -9,7 +9,7 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import pipeline
 
-from .workflow_utils import TINY_MODEL, printed_number, run_example, training_losses
+from .workflow_utils import TINY_MODEL, WORKFLOWS_PAGE, listed_files, printed_number, run_example, training_losses
 
 
 def write_digit_folder(root: Path, classes: tuple[int, ...], per_class: int) -> None:
@@ -57,6 +57,8 @@ def test_image_classifier_trains_on_an_image_folder_and_saves_its_processor(tmp_
     assert "data: digits, 96 training and 24 test images, 3 classes" in output
     assert printed_number(output, "test accuracy:") >= 0.6, output[-3000:]
     assert (tmp_path / "img" / "preprocessor_config.json").is_file()
+    documented = listed_files(WORKFLOWS_PAGE.read_text(), "saved to ./turner-image-classifier/")
+    assert listed_files(output, "saved to") == documented
 
     classifier = pipeline("image-classification", model=str(tmp_path / "img"))
     predictions = classifier(Image.open(tmp_path / "digits" / "7" / "0.png"))

@@ -25,7 +25,7 @@ from turner_tfm import TurnerForCausalLM, modeling_turner
 from .hub_server import HubServer
 from .test_workflows_classifiers import write_digit_folder
 from .tiny import text_config
-from .workflow_utils import TINY_MODEL, run_example, script_env
+from .workflow_utils import TINY_MODEL, WORKFLOWS_PAGE, listed_files, run_example, script_env
 
 # the machinery modeling_turner.py imports (`from .x import y`, its config aside), which save_pretrained copies with it
 SIBLING_MODULES = {f"{name}.py" for name in get_relative_imports(modeling_turner.__file__)}
@@ -113,6 +113,9 @@ def test_a_pushed_language_model_loads_by_repo_id_without_turner_tfm(tmp_path: P
         env=hub_env(tmp_path, hub),
     )
     assert f"pushed {9 + len(SIBLING_MODULES)} files to {hub.url}/alice/tiny-lm" in output
+    page = WORKFLOWS_PAGE.read_text()
+    documented = listed_files(page, "pushed ")
+    assert listed_files(output, "pushed ") == documented and f"pushed {len(documented)} files" in page
     assert 'load it anywhere: AutoModelForCausalLM.from_pretrained("alice/tiny-lm", trust_remote_code=True)' in output
 
     files = hub.repos["alice/tiny-lm"].snapshot("main")[1]

@@ -15,7 +15,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from examples.helpers import data
 
-from .workflow_utils import EXAMPLES, TINY_MODEL, printed_number, run_example, training_losses, write_text
+from .workflow_utils import (
+    EXAMPLES,
+    TINY_MODEL,
+    WORKFLOWS_PAGE,
+    listed_files,
+    printed_number,
+    run_example,
+    training_losses,
+    write_text,
+)
 
 SAVED_FILES = ("config.json", "configuration_turner.py", "modeling_turner.py", "model.safetensors", "README.md")
 
@@ -40,6 +49,7 @@ def test_quickstart_trains_prints_a_sample_and_saves_a_loadable_model(quickstart
     assert "sample from pipeline('text-generation'):\nReturn the" in output
     for name in (*SAVED_FILES, "tokenizer.json", "tokenizer_config.json"):
         assert (model_dir / name).is_file(), name
+    assert listed_files(output, "saved to") == listed_files(WORKFLOWS_PAGE.read_text(), "saved to ./turner-quickstart/")
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert isinstance(tokenizer, PreTrainedTokenizerFast)
@@ -159,6 +169,7 @@ def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
     trainable = printed_number(output, "trainable%:")
     assert 0 < trainable < 10
     assert "merged model matches the adapter model" in output
+    assert listed_files(output, "saved to") == listed_files(WORKFLOWS_PAGE.read_text(), "saved to ./turner-lora/")
     adapter_config = json.loads((tmp_path / "lora" / "adapter" / "adapter_config.json").read_text())
     assert sorted(adapter_config["target_modules"]) == ["qkv_proj"]
 

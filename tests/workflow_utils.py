@@ -23,6 +23,7 @@ from examples.helpers import resume
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+WORKFLOWS_PAGE = REPO / "docs" / "workflows.md"
 TINY_MODEL = ["--hidden-size", "32", "--num-hidden-layers", "2", "--num-attention-heads", "4"]
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 
@@ -119,6 +120,14 @@ def training_losses(output: str) -> list[float]:
     """The losses of the script's closing `training loss: a (step 1) -> ... -> z (step N)` line."""
     line = next(line for line in output.splitlines() if line.startswith("training loss: "))
     return [float(value) for value in re.findall(_NUMBER + r" \(step", line)]
+
+
+def listed_files(text: str, line_start: str) -> list[str]:
+    """The files on the line of `text` that starts with `line_start` (`saved to DIR/: a, b`, `pushed N files to URL:
+    a, b`): what a run printed, or what docs/workflows.md shows of one (tests compare the two: no list kept by hand)."""
+    match = re.search(rf"^{re.escape(line_start)}.*?: (.+)$", text, re.MULTILINE)
+    assert match, f"no line starting {line_start!r} in:\n{text[-2000:]}"
+    return match.group(1).split(", ")
 
 
 def printed_number(output: str, label: str) -> float:

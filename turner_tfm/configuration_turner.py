@@ -27,7 +27,9 @@ _bool = _checked(dataclasses.field, "it must be True or False")
 _positive_int = _checked(positive_int_field, "it must be a positive integer")
 _positive = _checked(interval(min=0.0, exclude_min=True), "it must be a positive number")
 _probability = _checked(interval(min=0.0, max=1.0, exclude_max=True), "it must be a probability in [0, 1)")
-_token_id = _checked(dataclasses.field, "it must be None or a token id in [0, vocab_size) (eos_token_id: or a list)")
+# A special id outside the vocabulary gets transformers' warning (`validate_token_ids`), as GPT-2's does: resizing the
+# vocabulary below it must still save and load; the input checks refuse such an id where a model would look it up.
+_token_id = _checked(dataclasses.field, "it must be None or an integer token id (eos_token_id: or a list of them)")
 # Keys transformers passes a config that are no `PreTrainedConfig` attribute: any other is a typo or a newer field
 _PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
 _PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
@@ -194,14 +196,6 @@ class _TurnerFields(PreTrainedConfig):
         if concat and self.tie_word_embeddings and not self.is_image_model:
             allowed = "with concatenated positions the token embedding is narrower than the output head; leave it"
             _refuse("tie_word_embeddings", True, f"{allowed} unset (it defaults to False) or tie_word_embeddings=False")
-
-    def validate_token_ids(self) -> None:
-        """The special tokens are ids in the vocabulary (transformers only warns; here the embedding would fail)."""
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            ids = value if isinstance(value := getattr(self, name), list) else [value]
-            if value is not None and not (ids and all(0 <= i < self.vocab_size for i in ids)):
-                _refuse(name, value, f"it must be None or a token id in [0, {self.vocab_size})")
-        super().validate_token_ids()
 
 
 class TurnerConfig(_TurnerFields):
