@@ -2,8 +2,11 @@
 deselects these, and on a machine without CUDA they fail rather than pass unseen).
 
 Each check compares the GPU against the CPU or against another GPU path: attention implementations, the decoding
-loop (appending cache, static cache, compiled), mixed precision training, loading with `device_map`, and that the
-decoding loop forces no device sync."""
+loop (appending cache, static cache, compiled), mixed precision training, loading with `device_map`; that a user's
+forward pass syncs once (its value checks) and a decoding step of generate() never; and that every bad input the CPU
+refuses by name is refused the same way on the GPU, which stays usable afterwards (issue 43)."""
+
+import warnings
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ from transformers import AutoModelForCausalLM, CompileConfig
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
 from turner_tfm.compat_turner import output_cache
 
+from .test_value_checks import train_on_a_bad_batch
 from .tiny import image_config, random_ids, text_config
 
 pytestmark = pytest.mark.gpu
@@ -72,21 +76,104 @@ def test_compiled_static_generation_gives_the_eager_tokens():
     assert torch.equal(compiled, eager)
 
 
-def test_a_forward_pass_forces_no_device_sync():
-    """On an accelerator the model reads no tensor values back (its value checks run on the CPU only), so a prompt's
-    forward pass and a decoding step with the cache queue their kernels without waiting for the GPU: torch's sync
-    debug mode turns any sync into an error (the first check shows it catches one)."""
-    model = causal_lm().to(CUDA)
-    prompt, step = random_ids(2, 6).to(CUDA), torch.full((2, 1), 5, device=CUDA)
-    torch.cuda.set_sync_debug_mode("error")
+def syncs(call) -> int:
+    """How often `call` waits for the GPU: torch's sync debug mode warns at every device sync."""
+    torch.cuda.set_sync_debug_mode("warn")
     try:
-        with pytest.raises(RuntimeError, match="synchroniz"):
-            prompt.sum().item()
-        with torch.no_grad():
-            cache = output_cache(model(prompt, use_cache=True))
-            model(step, cache=cache, use_cache=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(warning.message) for warning in caught)
+
+
+def test_a_users_forward_syncs_once_and_a_decoding_step_of_generate_never():
+    """A user's forward pass reads its ids (and labels) back once, together; the steps generate() feeds the model's
+    own tokens read nothing (the first check shows the count sees a sync)."""
+    model = causal_lm().to(CUDA)
+    prompt = random_ids(2, 6).to(CUDA)
+    assert syncs(lambda: prompt.sum().item()) == 1
+    with torch.no_grad():
+        assert syncs(lambda: model(prompt, use_cache=True)) == 1
+        cache = output_cache(model(prompt, use_cache=True))
+        assert syncs(lambda: model(torch.full((2, 1), 5, device=CUDA), cache=cache, use_cache=True)) == 1
+    assert syncs(lambda: model.train()(prompt, labels=prompt).loss.backward()) == 1
+    model.eval()
+    inside = []  # the syncs inside each forward pass of generate()
+    model.register_forward_pre_hook(lambda module, args: inside.append(-syncs_so_far()))
+    model.register_forward_hook(lambda module, args, output: inside.append(inside.pop() + syncs_so_far()))
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+
+            def syncs_so_far() -> int:
+                return sum("synchroniz" in str(warning.message) for warning in caught)
+
+            model.generate(prompt, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(inside) == 6 and inside[1:] == [0] * 5, inside
+
+
+BAD_INPUTS = {
+    "a token id >= vocab_size": (lambda m, ids: m(torch.tensor([[5, 99]], device=CUDA)), "`input_ids` contains 99"),
+    "a negative token id": (lambda m, ids: m(torch.tensor([[5, -1]], device=CUDA)), "`input_ids` contains -1"),
+    "an out-of-range id in generate()'s prompt": (
+        lambda m, ids: m.generate(torch.tensor([[5, 99]], device=CUDA), max_new_tokens=2),
+        "`input_ids` contains 99",
+    ),
+    "a prompt longer than max_position_embeddings": (
+        lambda m, ids: m(random_ids(1, 65).to(CUDA)),
+        "max_position_embeddings",
+    ),
+    "generate() running past the learned positions": (
+        lambda m, ids: m.generate(random_ids(1, 60).to(CUDA), max_new_tokens=10),
+        "after a prompt of 60 tokens",
+    ),
+    "position ids past the learned positions": (
+        lambda m, ids: m(ids, position_ids=torch.tensor([[0, 1, 2, 3, 4, 64]], device=CUDA)),
+        "`position_ids` contains 64",
+    ),
+    "a label >= vocab_size": (lambda m, ids: m(ids, labels=torch.full_like(ids, 99)), "`labels` contains 99"),
+    "a token type >= type_vocab_size": (
+        lambda m, ids: m(ids, token_type_ids=torch.full_like(ids, 2)),
+        "`token_type_ids` contains 2",
+    ),
+    "an attention mask of the wrong length": (
+        lambda m, ids: m(ids, attention_mask=torch.ones(1, 5, device=CUDA)),
+        "`attention_mask`",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_a_bad_input_on_cuda_gets_the_cpus_error_and_the_gpu_stays_usable(case):
+    call, message = BAD_INPUTS[case]
+    model = causal_lm(type_vocab_size=2).to(CUDA)
+    ids = random_ids(1, 6).to(CUDA)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        call(model, ids)
+    assert torch.ones(3, device=CUDA).sum().item() == 3.0
+
+
+def test_bad_classifier_inputs_on_cuda_get_the_cpus_errors_and_the_gpu_stays_usable():
+    torch.manual_seed(0)
+    text = TurnerForSequenceClassification(text_config(is_causal=False, num_labels=3)).to(CUDA)
+    image = TurnerForImageClassification(image_config()).to(CUDA)
+    with pytest.raises(ValueError, match=r"`labels` contains 3 \(row 1\)"):
+        text(random_ids(2, 5).to(CUDA), labels=torch.tensor([0, 3], device=CUDA))
+    with pytest.raises(ValueError, match="`pixel_values`"):
+        image(torch.randn(2, 3, 32, 32, device=CUDA))
+    with pytest.raises(ValueError, match=r"`labels` contains -2 \(row 0\)"):
+        image(torch.randn(2, 3, 16, 16, device=CUDA), labels=torch.tensor([-2, 0], device=CUDA))
+    assert torch.ones(3, device=CUDA).sum().item() == 3.0
+
+
+def test_a_trainer_on_cuda_meeting_a_bad_batch_stops_by_name_and_keeps_its_checkpoint(tmp_path):
+    train_on_a_bad_batch(tmp_path, "cuda")
+    assert torch.ones(3, device=CUDA).sum().item() == 3.0
 
 
 def test_bf16_autocast_training_step_on_cuda_is_finite_and_learns():

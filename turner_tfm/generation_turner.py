@@ -123,9 +123,10 @@ OWN_TOKENS = frozenset(
 class _Decoding:
     """What a running generate() knows of the forward pass it makes next."""
 
-    __slots__ = ("own_tokens", "stepping")
+    __slots__ = ("own_tokens", "prompt_length", "stepping")
 
     def __init__(self):
+        self.prompt_length = 0
         self.own_tokens = False  # the decoding feeds only the model's own tokens (`OWN_TOKENS`)
         self.stepping = False  # past the prompt: the next forward pass is fed the tokens of the last step
 
@@ -164,6 +165,8 @@ class TurnerGenerationMixin(GenerationMixin):
     ) -> None:
         super()._validate_generated_length(generation_config, input_ids_length, *args, **kwargs)
         check_generation_length(self.config, input_ids_length, generation_config.max_length)
+        if (decoding := _DECODING.get()) is not None:
+            decoding.prompt_length = input_ids_length
 
     def _prepare_cache_for_generation(
         self,
@@ -189,10 +192,11 @@ class TurnerGenerationMixin(GenerationMixin):
         cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
-        if generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
-            check_generated_pad(self.config, _pad_token_id(generation_config), batch_size)
         if (decoding := _DECODING.get()) is not None:
             decoding.own_tokens = generation_mode in OWN_TOKENS
+            steps_after_a_token = generation_config.max_length - decoding.prompt_length - 1
+            if generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) and steps_after_a_token > 0:
+                check_generated_pad(self.config, _pad_token_id(generation_config), batch_size)
 
     def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict, *args, **kwargs) -> dict:
         """After each step: the next forward pass is fed that step's tokens."""
