@@ -6,7 +6,9 @@ measures it there: a deep, narrow model (12 layers, 32 features, 4 heads by defa
 
 For each contender and case, three axes:
 
-* wall time (interleaved repetitions, contenders rotated, as every benchmark here);
+* time: this thread's CPU time (`time.thread_time`: the host's own work, which time spent waiting for a busy
+  machine's cores does not inflate) and wall time, interleaved repetitions with the contenders rotated, as every
+  benchmark here;
 * aten ops: operator events that `torch.profiler` records (nested ones included, e.g. `aten::linear` and the
   `aten::addmm` it calls);
 * Python calls: the function calls `cProfile` counts (Python functions and built-ins).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +60,7 @@ def calls_of(models: dict[str, torch.nn.Module], case: str, prompt: torch.Tensor
             model.train()
             if name == "minimal":
                 targets = torch.roll(prompt, -1, dims=1)
-                steps[name] = (lambda m=model: m(prompt, targets)[1], None)
+                steps[name] = (lambda m=model, t=targets: m(prompt, t)[1], None)
             else:
                 steps[name] = (lambda m=model: m(input_ids=prompt, labels=prompt).loss, None)
         return steps
@@ -80,15 +83,25 @@ def bench(shape: LMShape, case: str, prompt_len: int, new_tokens: int, repeats: 
     calls = calls_of(models, case, prompt, new_tokens)
     with torch.inference_mode() if case != "forward" else torch.enable_grad():
         ops = {name: per_unit(*(aten_ops(c) if c else None for c in pair), new_tokens) for name, pair in calls.items()}
-        py = {name: per_unit(*(python_calls(c) if c else None for c in pair), new_tokens) for name, pair in calls.items()}
-        timed_calls = {f"{name}/{length}": c for name, pair in calls.items() for length, c in zip("sl", pair) if c}
-        times, record = benchutils.timed(timed_calls, repeats, warmup)
-    medians = {key: summary["median_s"] for key, summary in record["times"].items()}
-    seconds = {name: per_unit(medians[f"{name}/s"], medians.get(f"{name}/l"), new_tokens) for name in calls}
+        py = {
+            name: per_unit(*(python_calls(c) if c else None for c in pair), new_tokens) for name, pair in calls.items()
+        }
+        timed_calls = {
+            f"{name}/{length}": c for name, pair in calls.items() for length, c in zip("sl", pair, strict=True) if c
+        }
+        _, record = benchutils.timed(timed_calls, repeats, warmup, clock=time.thread_time)
+        _, wall = benchutils.timed(timed_calls, repeats, 1)
+
+    def per_contender(summaries: dict) -> dict[str, float]:
+        medians = {key: summary["median_s"] for key, summary in summaries.items()}
+        return {name: per_unit(medians[f"{name}/s"], medians.get(f"{name}/l"), new_tokens) for name in calls}
+
+    seconds = per_contender(record["times"])
     return {
         "case": case,
         "unit": "forward" if case == "forward" else "generated token",
         "seconds": seconds,
+        "wall_seconds": per_contender(wall["times"]),
         "aten_ops": ops,
         "python_calls": py,
         "turner_ratio": {
@@ -126,13 +139,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{r['case']} (per {r['unit']})",
                     name,
                     f"{r['seconds'][name] * 1e6:.0f} us",
+                    f"{r['wall_seconds'][name] * 1e6:.0f} us",
                     f"{r['aten_ops'][name]:.0f}",
                     f"{r['python_calls'][name]:.0f}",
                     " / ".join("-" if ratio is None else f"{ratio:.2f}x" for ratio in ratios),
                     benchutils.fmt_load(r),
                 ]
             )
-    header = ["case", "model", "wall time", "aten ops", "Python calls", "Turner / this (time / ops / calls)", "load"]
+    header = ["case", "model", "CPU time", "wall time", "aten ops", "Python calls"]
+    header += ["Turner / this (CPU time / ops / calls)", "load"]
     intro = f"\nModel: {shape.describe()}, batch 1, prompt {args.prompt}; below 1.00x Turner does less.\n"
     benchutils.print_report(env, benchutils.markdown_table(header, rows), intro)
     return benchutils.save_run(args, "host_cost", env, model=shape.describe(), results=results)

@@ -80,10 +80,14 @@ def environment_markdown(env: dict[str, Any]) -> str:
     return line
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, list[float]]:
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
     """Seconds per call of each function, called in alternation: `warmup` untimed rounds, then `repeats` timed ones.
 
-    The order inside a round rotates each repetition so that no contender always runs right after another.
+    The order inside a round rotates each repetition so that no contender always runs right after another. `clock`:
+    wall time by default; `time.thread_time` counts only this thread's own CPU time (the host work of a call, less
+    sensitive to other processes on a busy machine).
     """
     names = list(fns)
     for _ in range(warmup):
@@ -96,9 +100,9 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) ->
         for rep in range(repeats):
             shift = rep % len(names)
             for name in names[shift:] + names[:shift]:
-                start = time.perf_counter()
+                start = clock()
                 fns[name]()
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
             gc.collect()
     finally:
         if gc_was_enabled:
@@ -107,12 +111,12 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) ->
 
 
 def timed(
-    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """`interleaved` timings of `fns`, and the record of them: each one's summary, the raw seconds, and the load
     average around the measurement."""
     before = load_average()
-    times = interleaved(fns, repeats=repeats, warmup=warmup)
+    times = interleaved(fns, repeats=repeats, warmup=warmup, clock=clock)
     summaries = {name: summarize(seconds) for name, seconds in times.items()}
     return times, {"times": summaries, "raw_seconds": times} | under_load(before)
 

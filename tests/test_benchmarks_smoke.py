@@ -87,6 +87,20 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
 
 
+def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--layers", "2", "--heads", "2", "--features", "16", "--prompt", "3", "--new-tokens", "2"]
+    payload = run_script("bench_host_cost.py", [*args, "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch)
+    assert payload["benchmark"] == "host_cost"
+    assert [result["case"] for result in payload["results"]] == ["dynamic", "static", "forward"]
+    for result in payload["results"]:
+        names = {"turner", "gpt2"} | ({"minimal"} if result["case"] != "static" else set())
+        check_load(result)
+        for axis in ("seconds", "wall_seconds", "aten_ops", "python_calls"):
+            assert set(result[axis]) == names, axis
+        assert all(result["aten_ops"][name] > 0 and result["python_calls"][name] > 0 for name in names)
+        assert set(result["turner_ratio"]["python_calls"]) == names - {"turner"}
+
+
 def test_vision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--layers", "1", "--heads", "2", "--features", "32", "--image-size", "32", "--patch-size", "8"]
     payload = run_script(
