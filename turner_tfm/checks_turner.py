@@ -4,11 +4,11 @@ an accelerator, with a device-side assert that leaves the process unable to use 
 
 Shapes are checked on the host for free. Values (token ids, labels, positions) are checked on every device, all of a
 call's at once: each tensor's extremes are gathered on its device and read back together, one host read per call
-(`raise_if_out_of_range`). The outermost Turner forward a user calls checks, and tells the modules it calls that it
-did (`checked_by_caller`); so does generate(), for the tokens the model itself chose. Nothing is read while
-torch.compile or torch.export traces, or while a CUDA graph is captured, and `config.check_input_values=False` turns
-the reads off. `modeling_turner.py` calls these functions; `save_pretrained` copies this file beside it.
-"""
+(`raise_if_out_of_range`). The outermost Turner forward a user calls checks, and tells the backbone it did
+(`checked_by_caller`); generate()'s steps that feed the model its own tokens are not checked again
+(`generation_turner.generated_step`). Nothing is read while torch.compile or torch.export traces, or while a CUDA
+graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py` calls these
+functions; `save_pretrained` copies this file beside it."""
 
 from typing import NamedTuple
 
@@ -41,10 +41,10 @@ def reads_values(config: TurnerConfig, tensor: torch.Tensor | None) -> bool:
 
 
 class RangeCheck(NamedTuple):
-    """`name`'s values must lie in [low, high); `extremes` holds their smallest and largest, on their device."""
+    """`name`'s values must lie in [low, high); `extremes`: their smallest and largest, 0-d tensors on their device."""
 
     name: str
-    extremes: torch.Tensor
+    extremes: tuple[torch.Tensor, torch.Tensor]
     low: int
     high: int
     allowed: str
@@ -60,7 +60,7 @@ def range_check(
         return None
     if ignore is not None:
         values = values.masked_fill(values == ignore, low)
-    return RangeCheck(name, torch.stack(torch.aminmax(values)).long(), low, high, allowed, values)
+    return RangeCheck(name, tuple(torch.aminmax(values)), low, high, allowed, values)
 
 
 def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
@@ -69,8 +69,8 @@ def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
     checks = [check for check in checks if check is not None]
     if not checks:
         return
-    device = checks[0].extremes.device
-    extremes = torch.cat([check.extremes.to(device) for check in checks]).tolist()
+    device = checks[0].extremes[0].device
+    extremes = torch.stack([extreme.to(device) for check in checks for extreme in check.extremes]).tolist()
     for index, check in enumerate(checks):
         smallest, largest = extremes[2 * index : 2 * index + 2]
         if smallest < check.low or largest >= check.high:
@@ -190,7 +190,10 @@ def position_check(
             tokens = f"{past_length} cached + {length} new tokens" if past_length else f"{length} tokens"
             raise _invalid_input("input_ids", f"of {tokens} (positions up to {past_length + length - 1})", allowed)
         return None
-    return RangeCheck("input_ids", past_length.reshape(1).expand(2) + length - 1, 0, limit, allowed) if reads else None
+    if not reads:
+        return None
+    end = past_length + length - 1  # the last position the model derives, on the cache's device
+    return RangeCheck("input_ids", (end, end), 0, limit, allowed)
 
 
 def cache_position_check(
@@ -206,9 +209,7 @@ def cache_position_check(
     if not reads:
         return None
     offsets = cache_position - torch.arange(length, device=cache_position.device) - past_length  # all 0 when right
-    return RangeCheck(
-        "cache_position", torch.stack(torch.aminmax(offsets)).long(), 0, 1, expected, shown=cache_position
-    )
+    return RangeCheck("cache_position", tuple(torch.aminmax(offsets)), 0, 1, expected, shown=cache_position)
 
 
 def causal_lm_label_check(
@@ -245,7 +246,8 @@ def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch
             )
         if not reads:
             return None
-        outside = ((labels < 0) | (labels > 1)).any().long().reshape(1).expand(2)  # 1: a value outside [0, 1]
+        outside = ((labels < 0) | (labels > 1)).any()  # True: a value outside [0, 1]
+        outside = (outside, outside)
         return RangeCheck(
             "labels", outside, 0, 1, "multi-label targets must be in [0, 1]", shown="contains values outside [0, 1]"
         )
