@@ -10,41 +10,74 @@ Modes:
   concat": what Turner's appending `TurnerDynamicLayer` buys; GPT-2's default cache concatenates).
 * `static`: `cache_implementation="static"`, eager (`disable_compile=True`).
 * `static-compile`: `cache_implementation="static"` with `torch.compile` of the decoding step (`CompileConfig(
-  fullgraph=True, mode="default")`, forced on CPU with `_compile_all_devices`; "reduce-overhead" is CUDA graphs).
-  Compilation happens in the warm-up and is timed separately.
+  fullgraph=True)`; on the CPU `mode="default"`, forced with `_compile_all_devices`; on CUDA `mode="reduce-overhead"`,
+  CUDA graphs). Compilation happens in the warm-up and is timed separately.
+* `continuous`: continuous batching, `model.generate_batch(prompts, ...)` (transformers' paged cache and scheduler,
+  `ContinuousBatchingConfig` with room for every request's whole sequence), the batch's rows as its requests; the
+  manager persists between calls, so its warm-up (CUDA-graph capture on CUDA) is in the first call.
 
 In the static modes the same Turner model also runs with the dynamic cache in the rotation ("vs Turner dynamic": what
 the static cache, and compilation, buy over the default). tokens/s = batch x new tokens / wall time of the whole
 `generate` call (prefill included). Turner's speed-up is the median of per-repetition ratios (peer time / Turner
-time).
+time). `--device cuda --dtype bf16` runs it on a GPU with bf16 weights, with each contender's peak memory (weights and
+caches plus the most a call allocates on top); `benchmarks/gpu_column.py` runs it there with the others.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import statistics
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import CompileConfig, DynamicCache
+from transformers import CompileConfig, ContinuousBatchingConfig, DynamicCache, GenerationConfig
 
-from benchmarks import benchutils
-from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, turner_lm
+from benchmarks import benchutils, devices
+from benchmarks.peers import LMShape, build_on, gpt2_lm, minimal_lm, turner_lm
 from turner_tfm.compat_turner import named_cache
 
-MODES = ["dynamic", "static", "static-compile"]
+MODES = ["dynamic", "static", "static-compile", "continuous"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def compile_config() -> CompileConfig:
-    config = CompileConfig(fullgraph=True, mode="default", dynamic=False)
+def compile_config(device_type: str = "cpu") -> CompileConfig:
+    """The decoding step's compilation: CUDA graphs on CUDA (`reduce-overhead`, generate()'s own default mode there),
+    inductor's default mode elsewhere (CUDA graphs need CUDA)."""
+    mode = "reduce-overhead" if device_type == "cuda" else "default"
+    config = CompileConfig(fullgraph=True, mode=mode, dynamic=False)
     config._compile_all_devices = True  # generate() only auto-compiles on accelerators otherwise
     return config
+
+
+class BatchedRequests:
+    """`model.generate_batch` of a prompt's rows as requests (greedy, exactly `new_tokens` each), returned as one tensor
+    like generate()'s. The paged cache holds every request's whole sequence, as turner-serve sizes it. `spans`: each
+    call's engine time, from the first request's arrival to the last one's end (without the manager's start and
+    stop, which collect garbage and empty the device's cache)."""
+
+    def __init__(self, model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> None:
+        self.model, self.requests = model, prompt.tolist()
+        batch, length = prompt.shape
+        blocks = batch * -(-(length + new_tokens) // ContinuousBatchingConfig().page_size)
+        self.paged = ContinuousBatchingConfig(num_blocks=blocks, max_batch_tokens=batch * length, seed=0)
+        self.greedy = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
+        self.spans: list[float] = []
+
+    def __call__(self) -> torch.Tensor:
+        outputs = self.model.generate_batch(
+            self.requests, generation_config=self.greedy, continuous_batching_config=self.paged, persistent_manager=True
+        )
+        done = list(outputs.values())
+        self.spans.append(max(out.lifespan[1] for out in done) - min(out.created_time for out in done))
+        return torch.tensor([row + out.generated_tokens for row, out in zip(self.requests, done, strict=True)])
 
 
 def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, mode: str) -> Callable[[], Any]:
     if not hasattr(model, "generate"):
         return lambda: model.generate_greedy(prompt, new_tokens)
+    if mode == "continuous":
+        return BatchedRequests(model, prompt, new_tokens)
     kwargs: dict[str, Any] = {
         "max_new_tokens": new_tokens,
         "min_new_tokens": new_tokens,
@@ -54,7 +87,7 @@ def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, m
     if mode == "static":
         kwargs |= {"cache_implementation": "static", "disable_compile": True}
     if mode == "static-compile":
-        kwargs |= {"cache_implementation": "static", "compile_config": compile_config()}
+        kwargs |= {"cache_implementation": "static", "compile_config": compile_config(prompt.device.type)}
     if mode == "concat":  # transformers' concatenating layers, passed in so generate() keeps them
         return lambda: model.generate(prompt, **named_cache(DynamicCache(config=model.config)), **kwargs)
     return lambda: model.generate(prompt, **kwargs)
@@ -62,37 +95,73 @@ def generate_fn(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, m
 
 @torch.inference_mode()
 def bench(
-    shape: LMShape, mode: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, warmup: int, seed: int
+    shape: LMShape,
+    mode: str,
+    batch: int,
+    prompt_len: int,
+    new_tokens: int,
+    repeats: int,
+    warmup: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    dtype: str = "fp32",
+    turner_variant: bool = True,
 ) -> dict[str, Any]:
+    """One row: the contenders' calls in `mode`, timed in rotation. `turner_variant`: Turner also runs with
+    concatenating cache layers (dynamic) or the dynamic cache (the other modes)."""
+    device = torch.device(device)
     torch.manual_seed(seed)
-    models: dict[str, torch.nn.Module] = {"turner": turner_lm(shape), "gpt2": gpt2_lm(shape)}
-    if mode == "dynamic":
-        models["minimal"] = minimal_lm(shape)
-    for model in models.values():
-        model.eval()
-    prompt = torch.randint(0, shape.vocab, (batch, prompt_len))
-    fns = {key: generate_fn(model, prompt, new_tokens, mode) for key, model in models.items()}
-    if mode == "dynamic":  # the same Turner model with concatenating cache layers: what appending buys
+    factories = {"turner": turner_lm, "gpt2": gpt2_lm} | ({"minimal": minimal_lm} if mode == "dynamic" else {})
+
+    def build(factory: Callable[[LMShape], torch.nn.Module]) -> torch.nn.Module:
+        return build_on(device, factory, shape).to(DTYPES[dtype]).eval()
+
+    models: dict[str, torch.nn.Module] = {}
+    held = {}
+    for key, factory in factories.items():
+        models[key], held[key] = devices.held_by(lambda factory=factory: build(factory), device)
+    prompt = build_on(device, torch.randint, 0, shape.vocab, (batch, prompt_len))
+    calls = {key: generate_fn(model, prompt, new_tokens, mode) for key, model in models.items()}
+    fns = dict(calls)
+    if turner_variant and mode == "dynamic":  # the same Turner model with concatenating layers: what appending buys
         fns["turner_concat"] = generate_fn(models["turner"], prompt, new_tokens, "concat")
-    else:  # the same Turner model with the default cache, eager: what the static cache buys
+    elif turner_variant:  # the same Turner model with the default cache, eager: what the static cache buys
         fns["turner_dynamic"] = generate_fn(models["turner"], prompt, new_tokens, "dynamic")
-    first_call = {}
-    for key, fn in fns.items():  # the first call compiles in static-compile mode
-        start = time.perf_counter()
-        out = fn()
-        first_call[key] = time.perf_counter() - start
+    fns = {key: devices.synced(fn, device) for key, fn in fns.items()}
+
+    def check(key: str, out: torch.Tensor) -> None:
         if out.shape != (batch, prompt_len + new_tokens):
             raise RuntimeError(f"{key} generated shape {tuple(out.shape)}")
-    times, record = benchutils.timed(fns, repeats, max(warmup - 1, 0))
-    return {
+
+    first_call = devices.first_calls(fns, held, device, check)  # the first call compiles in static-compile mode
+    peaks = devices.peak_memory(fns, held, device)
+    times, record = benchutils.timed(fns, repeats, max(warmup - (1 if peaks is None else 2), 0))
+    result = {
         "mode": mode,
         "batch": batch,
         "prompt": prompt_len,
         "new_tokens": new_tokens,
+        "device": str(device),
+        "dtype": dtype,
         "first_call_seconds": first_call,
         "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
+        "peak_memory_bytes": peaks,
         "turner_speedup": benchutils.speedups(times),
     } | record
+    if mode == "continuous":
+        result |= engine_record({key: calls[key].spans[-repeats:] for key in models}, batch * new_tokens)
+        for model in models.values():
+            model.destroy_cached_continuous_batching_manager()
+    return result
+
+
+def engine_record(spans: dict[str, list[float]], tokens: int) -> dict[str, Any]:
+    """Continuous batching's engine time per timed call (`BatchedRequests.spans`), its tokens/s and speed-ups."""
+    return {
+        "engine_times": {key: benchutils.summarize(seconds) for key, seconds in spans.items()},
+        "engine_tokens_per_second": {key: tokens / statistics.median(seconds) for key, seconds in spans.items()},
+        "engine_turner_speedup": benchutils.speedups(spans),
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -101,25 +170,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the weights' (default: %(default)s)")
+    parser.add_argument("--vocab", type=int, default=65)
     benchutils.add_shape_arguments(parser, layers=6, heads=6, features=384)
+    devices.add_device_arguments(parser)
     benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    env = benchutils.start_run(args.threads)
+    env = benchutils.start_run(args.threads) | {"device": devices.describe(args.device, args.peak_tflops)}
     positions = max(512, args.prompt + args.new_tokens)
-    shape = LMShape(layers=args.layers, heads=args.heads, features=args.features, context=positions)
+    shape = LMShape(args.layers, args.heads, args.features, context=positions, vocab=args.vocab)
     results = []
     rows = []
     for mode in args.modes:
         for batch in args.batches:
             try:
-                r = bench(shape, mode, batch, args.prompt, args.new_tokens, args.repeats, args.warmup, args.seed)
+                r = bench(
+                    shape,
+                    mode,
+                    batch,
+                    args.prompt,
+                    args.new_tokens,
+                    args.repeats,
+                    args.warmup,
+                    args.seed,
+                    device=args.device,
+                    dtype=args.dtype,
+                )
             except Exception as error:  # a compile failure is a result to report, not a crash
                 results.append({"mode": mode, "batch": batch, "error": f"{type(error).__name__}: {error}"})
-                rows.append([mode, batch, "failed", "", "", "", "", "", "", ""])
+                rows.append([mode, batch, "failed"])
                 continue
             results.append(r)
             tps, s = r["tokens_per_second"], r["turner_speedup"]
@@ -134,16 +217,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     benchutils.fmt_spread(s["vs_gpt2"]),
                     benchutils.fmt_spread(vs_min) if vs_min else "n/a",
                     benchutils.fmt_spread(vs_own) if vs_own else "n/a",
+                    *memory_cells(r),
                     r["times"]["turner"]["n"],
                     benchutils.fmt_load(r),
                 ]
             )
     benchutils.finish_run(env)
     header = ["cache", "batch", "Turner tok/s", "GPT-2 tok/s", "minimal tok/s", "Turner vs GPT-2", "Turner vs min"]
-    header += ["vs Turner concat / dynamic", "reps", "load avg"]
-    intro = f"\nModel: {shape.describe()}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n"
+    memory = ["peak memory Turner / GPT-2 / min"] if any(r.get("peak_memory_bytes") for r in results) else []
+    header += ["vs Turner concat / dynamic", *memory, "reps", "load avg"]
+    rows = [row + [""] * (len(header) - len(row)) for row in rows]  # a failed row's empty cells
+    intro = f"\nModel: {shape.describe()}, {args.dtype}; prompt {args.prompt}, {args.new_tokens} new tokens, greedy.\n"
     benchutils.print_report(env, benchutils.markdown_table(header, rows), intro, benchutils.SPEEDUP_NOTE)
     return benchutils.save_run(args, "generate", env, model=shape.describe(), results=results)
+
+
+def memory_cells(result: dict[str, Any]) -> list[str]:
+    """The peak-memory cell, Turner / GPT-2 / minimal in GiB, where the row has one (CUDA)."""
+    peaks = result["peak_memory_bytes"]
+    if not peaks:
+        return []
+    return [" / ".join(f"{peaks[key] / 2**30:.2f}" for key in ("turner", "gpt2", "minimal") if key in peaks) + " GiB"]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import platform
 import statistics
@@ -77,7 +78,22 @@ def environment_markdown(env: dict[str, Any]) -> str:
     )
     if "load_after" in env:
         line += f"; load average {fmt_load(env)}"
+    device = env.get("device") or {}
+    if device.get("name"):
+        line += (
+            f"\nDevice: {device['name']} ({device['memory_gib']:.0f} GiB), driver {device['driver']}, CUDA "
+            f"{device['cuda']}, cuDNN {device['cudnn']}"
+        )
+    if device.get("name") or device.get("peak_bf16_flops"):
+        line += f"; MFU against {describe_peak(device)}"
     return line
+
+
+def describe_peak(device: dict[str, Any]) -> str:
+    """The peak MFU is taken against, and where the figure comes from."""
+    if device["peak_bf16_flops"] is None:
+        return "no peak (a card not in benchmarks/devices.py's table: pass --peak-tflops)"
+    return f"{device['peak_bf16_flops'] / 1e12:g} TFLOP/s bf16 dense ({device['peak_source']})"
 
 
 def interleaved(
@@ -219,6 +235,7 @@ def start_run(threads: int | None) -> dict[str, Any]:
     """Before measuring: pin the threads, quiet transformers' logging, and return the environment to report."""
     set_threads(threads)
     transformers.logging.set_verbosity_error()
+    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)  # generate_batch's own logger
     return environment()
 
 

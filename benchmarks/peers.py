@@ -12,7 +12,9 @@ LayerNorm and a linear head on the class token; `ViTConfig(hidden_act="gelu")`, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig, ViTConfig, ViTForImageClassification
@@ -113,6 +115,16 @@ def turner_image(shape: ImageShape, attn_implementation: str = "sdpa") -> Turner
 def vit_image(shape: ImageShape, attn_implementation: str = "sdpa") -> ViTForImageClassification:
     config = ViTConfig(**shape.fields(), hidden_act="gelu", attn_implementation=attn_implementation, qkv_bias=True)
     return ViTForImageClassification(config)  # no pooler: ViTModel(add_pooling_layer=False)
+
+
+Model = TypeVar("Model", bound=torch.nn.Module)
+
+
+def build_on(device: torch.device | str, factory: Callable[..., Model], *args: object, **kwargs: object) -> Model:
+    """`factory(*args, **kwargs)` with its parameters created and initialised on `device` (on the CPU, exactly what
+    calling it does; on a GPU, without a CPU copy)."""
+    with torch.device(device):
+        return factory(*args, **kwargs)
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -3,6 +3,8 @@
 # benchmarks/results/. Run it on a quiet machine: every figure records the load average before and after it and is
 # marked noisy when the load was above the core count. One torch thread: with more, OpenMP spin-waits on a busy
 # machine swing single steps by 20x. Takes about an hour on 2 cores (the compiled rows compile for minutes).
+# The GPU column is one command of its own, run on a machine with an NVIDIA GPU (docs/benchmarks.md, "The GPU column"):
+#   python -m benchmarks.gpu_column --json benchmarks/results/gpu/gpu_column.json
 set -euo pipefail
 cd "$(dirname "$0")/.."  # the repository root: each benchmark runs there as a module
 out=benchmarks/results

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from .workflow_utils import run_module
 
@@ -68,7 +69,20 @@ def test_train_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--layers", "1", "--heads", "2", "--features", "32", "--prompt", "4", "--new-tokens", "3"]
-    args += ["--batches", "1", "2", "--modes", "dynamic", "static", "--repeats", "2", "--warmup", "1"]
+    args += [
+        "--batches",
+        "1",
+        "2",
+        "--modes",
+        "dynamic",
+        "static",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--dtype",
+        "bf16",
+    ]
     payload = run_script("bench_generate.py", args, tmp_path, monkeypatch)
     assert payload["benchmark"] == "generate"
     assert [(r["mode"], r["batch"]) for r in payload["results"]] == [
@@ -184,6 +198,116 @@ def test_trainer_against_a_plain_loop(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result["trainer_loop_only"]["n"] == 2
     assert result["trainer_loop_only"]["median_s"] < result["times"]["trainer"]["median_s"], "the loop excludes setup"
     assert set(result["ratios"]) == {"recipe_over_loop", "trainer_over_recipe", "trainer_over_loop"}
+
+
+GPU_COLUMN_ROWS = {"train": 2, "train-compiled": 2, "decode": 2, "decode-static": 2, "continuous-batching": 1}
+GPU_COLUMN_FAST = ["--train-repeats", "1", "--train-warmup", "1", "--cb-repeats", "1", "--repeats", "1"]
+GPU_COLUMN_FAST += ["--warmup", "1"]
+
+
+def check_gpu_column(payload: dict[str, Any], device: str) -> None:
+    """The structure of `benchmarks/gpu_column.py --tiny`'s JSON (run with GPU_COLUMN_FAST) on `device`: every
+    section's rows, their contenders, the FLOPs MFU is computed from, and peak memory on CUDA (none on the CPU)."""
+    from benchmarks import devices
+
+    assert payload["benchmark"] == "gpu_column"
+    assert payload["failed"] == []
+    described = payload["environment"]["device"]
+    assert described["type"] == device
+    peak = described["peak_bf16_flops"]
+    sections = payload["sections"]
+    assert {name: len(rows) for name, rows in sections.items()} == GPU_COLUMN_ROWS
+    assert list(payload["seconds"]) == [*GPU_COLUMN_ROWS, "total"]
+    assert all(taken["measured"] > 0 and taken["estimated_h100"] is None for taken in payload["seconds"].values())
+    for row in sections["train"] + sections["train-compiled"]:
+        assert "error" not in row, row.get("error")
+        assert (row["precision"], row["device"].split(":")[0]) == ("bf16", device)
+        names = {"turner", "gpt2", "minimal"}
+        check_times(row["times"], names, 1)
+        assert set(row["turner_speedup"]) == {"vs_gpt2", "vs_minimal"}
+        sizes = dict(part.split("=") for part in row["dims"].split())
+        for name in names:
+            n = row["parameters"][name]
+            expected = 6 * n + 12 * int(sizes["L"]) * int(sizes["D"]) * int(sizes["N"])
+            assert row["flops_per_token"][name] == expected
+            tokens = row["batch"] * int(sizes["N"])
+            assert row["tokens_per_second"][name] == pytest.approx(tokens / row["times"][name]["median_s"])
+            if peak is None:
+                assert row["mfu"] is None
+            else:
+                assert row["mfu"][name] == pytest.approx(row["tokens_per_second"][name] * expected / peak)
+            if device == "cpu":
+                assert row["peak_memory_bytes"] is None
+            else:  # fp32 weights, their gradients and AdamW's two moments, at least
+                assert row["peak_memory_bytes"][name] >= 16 * n
+    assert [row["mode"] for row in sections["train"]] == ["eager"] * 2
+    assert [row["mode"] for row in sections["train-compiled"]] == ["compiled"] * 2
+    decoding = {"decode": "dynamic", "decode-static": "static-compile", "continuous-batching": "continuous"}
+    for section, mode in decoding.items():
+        for row in sections[section]:
+            assert "error" not in row, row.get("error")
+            assert (row["mode"], row["dtype"], row["device"].split(":")[0]) == (mode, "bf16", device)
+            names = {"turner", "gpt2"} | ({"minimal"} if mode == "dynamic" else set())
+            check_times(row["times"], names, 1)
+            assert set(row["tokens_per_second"]) == names
+            if device == "cpu":
+                assert row["peak_memory_bytes"] is None
+            else:
+                assert set(row["peak_memory_bytes"]) == names and all(b > 0 for b in row["peak_memory_bytes"].values())
+    assert [row["batch"] for row in sections["decode"]] == [1, 2]
+    batching = sections["continuous-batching"][0]
+    assert set(batching["engine_turner_speedup"]) == {"vs_gpt2"}
+    for name, seconds in batching["engine_times"].items():  # the engine's time is part of the call's
+        assert seconds["median_s"] <= batching["times"][name]["median_s"]
+    if device == "cpu":
+        assert payload["environment"]["matmul_bf16_flops"] is None
+        return
+    assert payload["environment"]["matmul_bf16_flops"] > 0
+    assert described["name"] == torch.cuda.get_device_name(described["index"])
+    assert described["cuda"] == torch.version.cuda
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)*", described["driver"]), described["driver"]
+    assert (peak, described["peak_source"]) == (devices.peak_bf16_dense(described["name"]) or (None, None))
+
+
+def test_gpu_column_at_toy_sizes_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m benchmarks.gpu_column --device cpu --tiny`, every section. The compiled rows run under
+    `torch.compiler.set_stance("force_eager")`: compiling six toy models takes most of a minute on a CI machine, and
+    `tests/test_cuda.py` runs the same command on a GPU with inductor and CUDA graphs."""
+    args = ["--device", "cpu", "--tiny", "--peak-tflops", "1", *GPU_COLUMN_FAST]
+    with torch.compiler.set_stance("force_eager"):
+        payload = run_script("gpu_column.py", args, tmp_path, monkeypatch)
+    assert payload["environment"]["device"] == {
+        "type": "cpu",
+        "peak_bf16_flops": 1e12,
+        "peak_source": "given with --peak-tflops",
+    }
+    check_gpu_column(payload, "cpu")
+
+
+def test_mfu_is_taken_against_the_datasheet_peak_of_a_known_gpu_and_omitted_for_others() -> None:
+    from benchmarks import devices
+    from benchmarks.bench_train import SHAPES
+
+    known = {"NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H100 PCIe": 756e12, "NVIDIA H200": 989e12}
+    known |= {"NVIDIA A100-SXM4-80GB": 312e12, "NVIDIA A100 80GB PCIe": 312e12}
+    for name, peak in known.items():
+        assert devices.peak_bf16_dense(name)[0] == peak, name
+    for name in ("NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA GeForce RTX 4090", "NVIDIA L4"):
+        assert devices.peak_bf16_dense(name) is None, name
+    # the first H100 measurement (2026-11-26): Turner's eager step at GPT-2's shape, 305,662 tokens/s, 26.58% MFU
+    flops = devices.training_flops_per_token(124_475_904, SHAPES["gpt2-small"][0])
+    assert devices.mfu(305_662.24, flops, 989e12) == pytest.approx(0.26582, rel=1e-4)
+    assert devices.mfu(305_662.24, flops, None) is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [("tpu", "expected `cpu`, `cuda` or `cuda:N`"), ("cuda:99", "cuda")])
+def test_a_device_that_is_not_there_is_refused_by_name(value: str, expected: str, capsys) -> None:
+    from benchmarks import gpu_column
+
+    with pytest.raises(SystemExit):
+        gpu_column.parse_args(["--device", value])
+    error = capsys.readouterr().err
+    assert f"argument --device: '{value}'" in error and expected in error, error
 
 
 MODULES_AND_A_FLAG = [("benchmarks.bench_padding_free", "--threads"), ("examples.experiments.masking_width", "--seeds")]

@@ -202,3 +202,13 @@ def test_a_saved_folder_loads_onto_the_gpu_with_device_map(tmp_path, trust_remot
     ids = random_ids(2, 8)
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids.to(CUDA)).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_the_gpu_column_command_runs_every_section_on_cuda(tmp_path, monkeypatch):
+    """`python -m benchmarks.gpu_column --device cuda --tiny`: every section of the GPU column at toy sizes, compiled
+    for real (inductor; CUDA graphs for the static cache's decoding step and continuous batching), with the GPU's name,
+    driver and CUDA version in its JSON and every contender's peak memory (about two minutes, most of it compiling)."""
+    from .test_benchmarks_smoke import GPU_COLUMN_FAST, check_gpu_column, run_script
+
+    payload = run_script("gpu_column.py", ["--device", "cuda", "--tiny", *GPU_COLUMN_FAST], tmp_path, monkeypatch)
+    check_gpu_column(payload, "cuda")
