@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import torch
+import transformers
 from safetensors.torch import load_file
 
 from examples.helpers import resume
@@ -37,14 +38,18 @@ def free_port() -> int:
 
 def run_module(module: str, args: list[str], monkeypatch) -> None:
     """`python -m MODULE ARGS` from the repository root, in this process: how the benchmarks (`benchmarks.NAME`) and
-    the experiments (`examples.experiments.NAME`) are run. A module imported before by another is run afresh."""
+    the experiments (`examples.experiments.NAME`) are run. A module imported before by another is run afresh, and
+    transformers' log level (which the scripts lower) is restored for the tests that run after."""
     monkeypatch.setattr(sys, "argv", [module, *args])
     monkeypatch.delitem(sys.modules, module, raising=False)
+    verbosity = transformers.logging.get_verbosity()
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as done:  # `sys.exit(main())`: a success exits with None or 0
         if done.code not in (None, 0):
             raise
+    finally:
+        transformers.logging.set_verbosity(verbosity)
 
 
 def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
