@@ -10,6 +10,7 @@ import torch
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
+import turner_tfm.checks_turner as checks
 import turner_tfm.modeling_turner as modeling
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 from turner_tfm.compat_turner import output_cache
@@ -20,7 +21,7 @@ from .tiny import random_ids, text_config
 @pytest.fixture()
 def reads(monkeypatch) -> list[list[str]]:
     """Each host read of the value checks: the names of the tensors it read, in one list per read."""
-    recorded, read = [], modeling.raise_if_out_of_range
+    recorded, read = [], checks.raise_if_out_of_range
 
     def recording(checks):
         names = [check.name for check in checks if check is not None]
@@ -28,7 +29,8 @@ def reads(monkeypatch) -> list[list[str]]:
             recorded.append(names)
         return read(checks)
 
-    monkeypatch.setattr(modeling, "raise_if_out_of_range", recording)
+    for module in (checks, modeling):
+        monkeypatch.setattr(module, "raise_if_out_of_range", recording)
     return recorded
 
 
@@ -78,7 +80,7 @@ def test_generate_reads_its_prompt_once_and_never_the_tokens_it_chose(reads, new
 def test_every_decoding_step_after_the_prompt_skips_the_checks(monkeypatch, num_beams):
     """The forward passes generate() makes, seen from inside: the prompt's is checked, every later one is not."""
     model, checked, forwards = causal_lm(), [], []
-    monkeypatch.setattr(modeling, "text_input_checks", lambda *args: checked.append(True) or [])
+    monkeypatch.setattr(modeling, "check_text_call", lambda *args, **kwargs: checked.append(True))
     model.register_forward_pre_hook(lambda module, args: forwards.append(True))
     model.generate(random_ids(1, 5), max_new_tokens=6, min_new_tokens=6, num_beams=num_beams, do_sample=False)
     assert (len(forwards), len(checked)) == (6, 1)

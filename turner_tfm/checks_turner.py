@@ -125,6 +125,32 @@ def text_input_checks(
     return checks
 
 
+def check_text_call(
+    config: TurnerConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    cache_position: torch.Tensor | None = None,
+    past_length: int | torch.Tensor = 0,
+    *,
+    token_labels: torch.Tensor | None = None,
+    sequence_labels: torch.Tensor | None = None,
+) -> None:
+    """A text call's inputs and labels (a causal LM's, one a token; a classifier's, one a row), checked: shapes now,
+    values in one read."""
+    checks = text_input_checks(
+        config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, cache_position, past_length
+    )
+    input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    if token_labels is not None:
+        checks.append(causal_lm_label_check(config, token_labels, input_shape))
+    if sequence_labels is not None:
+        checks.append(classification_label_check(config, sequence_labels, input_shape[0]))
+    raise_if_out_of_range(checks)
+
+
 def check_text_shapes(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
     """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty."""
     if (input_ids is None) == (inputs_embeds is None):

@@ -41,13 +41,12 @@ from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
-    causal_lm_label_check,
     check_cache,
     check_image_inputs,
     check_modality,
+    check_text_call,
     classification_label_check,
     raise_if_out_of_range,
-    text_input_checks,
 )
 from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
@@ -482,11 +481,10 @@ class TurnerModel(TurnerPreTrainedModel):
             if use_cache and cache is None and self.config.is_causal:  # only a causal model reads keys back (§4.1)
                 cache = appending_cache(DynamicCache(config=self.config))
             if not checked_by_caller:
-                checks = text_input_checks(
+                check_text_call(
                     self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
                     kwargs.get("cache_position"), cached_length(cache),
                 )  # fmt: skip
-                raise_if_out_of_range(checks)
             hidden_states, position_ids = self._embed_text(
                 input_ids, inputs_embeds, position_ids, token_type_ids, cache
             )
@@ -625,14 +623,10 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
         """
         if not generated_step():  # the inputs and the labels, in one read
-            checks = text_input_checks(
+            check_text_call(
                 self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
-                kwargs.get("cache_position"), cached_length(check_cache(self.config, cache)),
+                kwargs.get("cache_position"), cached_length(check_cache(self.config, cache)), token_labels=labels,
             )  # fmt: skip
-            if labels is not None:
-                input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-                checks.append(causal_lm_label_check(self.config, labels, input_shape))
-            raise_if_out_of_range(checks)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -724,11 +718,10 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             for a packed row, `batch` is its number of sequences.
         """
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
-        checks = text_input_checks(self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids)
-        if labels is not None and sequence_index is None:  # one label a row: read with the inputs
-            batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
-            checks.append(classification_label_check(self.config, labels, batch_size))
-        raise_if_out_of_range(checks)
+        check_text_call(  # a packed row's labels are one a sequence: checked once the sequences are counted, below
+            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
+            sequence_labels=labels if sequence_index is None else None,
+        )  # fmt: skip
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
