@@ -18,7 +18,7 @@ from turner_tfm import (
     TurnerForSequenceClassification,
     TurnerModel,
 )
-from turner_tfm.checks_turner import causal_lm_label_check, raise_if_out_of_range, text_input_checks
+from turner_tfm.checks_turner import check_text_call
 from turner_tfm.compat_turner import output_cache
 
 from .tiny import image_config, random_ids, text_config
@@ -119,10 +119,9 @@ def test_value_checks_never_read_a_meta_tensor():
     """Meta tensors stand in for data (reading one raises): the value checks read nothing of them."""
     config = text_config()
     on_meta = torch.full((1, 3), 99, device="meta")
-    checks = [*text_input_checks(config, on_meta, None), causal_lm_label_check(config, on_meta, on_meta.shape)]
-    assert checks == [None, None]
+    check_text_call(config, on_meta, None, token_labels=on_meta)
     with pytest.raises(ValueError, match="`input_ids` contains 99"):
-        raise_if_out_of_range(text_input_checks(config, torch.full((1, 3), 99), None))  # the same ids on the CPU
+        check_text_call(config, torch.full((1, 3), 99), None)  # the same ids on the CPU
 
 
 def test_sinusoidal_positions_run_past_max_position_embeddings():

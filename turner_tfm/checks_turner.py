@@ -91,40 +91,6 @@ def _offending(check: RangeCheck, value: int) -> str:
     return f"contains {value} (row {row}" + (f", position {rest[-1]})" if rest else ")")
 
 
-def text_input_checks(
-    config: TurnerConfig,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    attention_mask: torch.Tensor | None = None,
-    position_ids: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    cache_position: torch.Tensor | None = None,
-    past_length: int | torch.Tensor = 0,
-) -> list[RangeCheck | None]:
-    """Everything a text forward pass takes: shapes are checked now; the value checks are returned, for the caller
-    to read with its own (`raise_if_out_of_range`). `past_length`: tokens already in the cache."""
-    check_text_shapes(config, input_ids, inputs_embeds)
-    inputs = input_ids if input_ids is not None else inputs_embeds
-    (batch_size, length), reads = inputs.shape[:2], reads_values(config, inputs)
-    if isinstance(past_length, torch.Tensor) and past_length.device.type == "cpu" and not is_torchdynamo_compiling():
-        past_length = int(past_length)  # a static cache's count, free to read on the CPU
-    check_token_type_ids(token_type_ids, (batch_size, length))
-    if isinstance(past_length, int):
-        check_attention_mask(attention_mask, batch_size, past_length + length)
-    vocab, types = config.vocab_size, config.type_vocab_size
-    checks = []
-    if reads and input_ids is not None:
-        checks.append(range_check("input_ids", input_ids, 0, vocab, f"token ids must be in [0, {vocab})"))
-    if reads and token_type_ids is not None:
-        allowed = f"types must be in [0, {types})" if types else "this model has no token type embeddings "
-        allowed += "" if types else "(type_vocab_size=0): pass none, or zeros"
-        checks.append(range_check("token_type_ids", token_type_ids, 0, max(types, 1), allowed))
-    checks.append(position_check(config, position_ids, past_length, length, reads))
-    if cache_position is not None:
-        checks.append(cache_position_check(cache_position, past_length, length, reads))
-    return checks
-
-
 def check_text_call(
     config: TurnerConfig,
     input_ids: torch.Tensor | None,
@@ -138,16 +104,29 @@ def check_text_call(
     token_labels: torch.Tensor | None = None,
     sequence_labels: torch.Tensor | None = None,
 ) -> None:
-    """A text call's inputs and labels (a causal LM's, one a token; a classifier's, one a row), checked: shapes now,
-    values in one read."""
-    checks = text_input_checks(
-        config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, cache_position, past_length
-    )
-    input_shape = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    """Everything a text call takes, and its labels (a causal LM's, one a token; a classifier's, one a row): shapes
+    checked on the host, values in one read. `past_length`: tokens already in the cache."""
+    check_text_shapes(config, input_ids, inputs_embeds)
+    inputs = input_ids if input_ids is not None else inputs_embeds
+    (batch_size, length), reads = inputs.shape[:2], reads_values(config, inputs)
+    if isinstance(past_length, torch.Tensor) and past_length.device.type == "cpu" and not is_torchdynamo_compiling():
+        past_length = int(past_length)  # a static cache's count, free to read on the CPU
+    check_token_type_ids(token_type_ids, (batch_size, length))
+    if isinstance(past_length, int):
+        check_attention_mask(attention_mask, batch_size, past_length + length)
+    checks = []
+    if reads and input_ids is not None:
+        vocab = config.vocab_size
+        checks.append(range_check("input_ids", input_ids, 0, vocab, f"token ids must be in [0, {vocab})"))
+    if reads and token_type_ids is not None:
+        checks.append(token_type_check(config, token_type_ids))
+    checks.append(position_check(config, position_ids, past_length, length, reads))
+    if cache_position is not None:
+        checks.append(cache_position_check(cache_position, past_length, length, reads))
     if token_labels is not None:
-        checks.append(causal_lm_label_check(config, token_labels, input_shape))
+        checks.append(causal_lm_label_check(config, token_labels, (batch_size, length)))
     if sequence_labels is not None:
-        checks.append(classification_label_check(config, sequence_labels, input_shape[0]))
+        checks.append(classification_label_check(config, sequence_labels, batch_size))
     raise_if_out_of_range(checks)
 
 
@@ -181,6 +160,15 @@ def check_token_type_ids(token_type_ids: torch.Tensor | None, input_shape: tuple
         raise _invalid_input(
             "token_type_ids", _shape(token_type_ids), f"expected integer ids of shape {tuple(input_shape)}"
         )
+
+
+def token_type_check(config: TurnerConfig, token_type_ids: torch.Tensor) -> RangeCheck | None:
+    """Token types in the table (`type_vocab_size`); a model without one takes all-zero types (one segment)."""
+    types = config.type_vocab_size
+    if types:
+        return range_check("token_type_ids", token_type_ids, 0, types, f"types must be in [0, {types})")
+    allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
+    return range_check("token_type_ids", token_type_ids, 0, 1, allowed)
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
