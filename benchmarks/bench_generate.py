@@ -65,9 +65,15 @@ class BatchedRequests:
         self.spans: list[float] = []
 
     def __call__(self) -> torch.Tensor:
-        outputs = self.model.generate_batch(
-            self.requests, generation_config=self.greedy, continuous_batching_config=self.paged, persistent_manager=True
-        )
+        # Outside inference mode: transformers 5.23's manager thread resets its input tensors in place under no_grad
+        # only, which an inference tensor (made here, under bench()'s inference mode) refuses.
+        with torch.inference_mode(False):
+            outputs = self.model.generate_batch(
+                self.requests,
+                generation_config=self.greedy,
+                continuous_batching_config=self.paged,
+                persistent_manager=True,
+            )
         done = list(outputs.values())
         self.spans.append(max(out.lifespan[1] for out in done) - min(out.created_time for out in done))
         return torch.tensor([row + out.generated_tokens for row, out in zip(self.requests, done, strict=True)])
