@@ -23,7 +23,7 @@ from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerFo
 
 from .test_switches import SWITCHES
 from .tiny import image_config, random_ids, text_config
-from .workflow_utils import EXAMPLES, REPO
+from .workflow_utils import EXAMPLES, run_examples
 
 NEW_TOKENS = 20
 CACHE = 40
@@ -200,18 +200,11 @@ def test_the_example_script_exports_checks_and_reports(export_script, tmp_path, 
 
 
 def test_the_example_script_answers_help_and_bad_flags(tmp_path):
-    for args, expected in (
-        (["--help"], "--format {onnx,torch,executorch}"),
-        (["--format", "tflite"], "invalid choice"),
-    ):
-        result = subprocess.run(
-            [sys.executable, "-m", "examples.export", *args, "--model-name-or-path", str(tmp_path)],  # args first
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO,
-        )
-        assert expected in result.stdout + result.stderr
+    folder = ("--model-name-or-path", str(tmp_path))  # after the flag under test
+    runs = [("export.py", "--help", *folder), ("export.py", "--format", "tflite", *folder)]
+    help_text, refused = run_examples(runs, tmp_path=tmp_path, expect_failure=[False, True])
+    assert "--format {onnx,torch,executorch}" in help_text
+    assert "invalid choice" in refused
 
 
 @pytest.mark.slow

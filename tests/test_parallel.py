@@ -26,7 +26,7 @@ from turner_tfm import (
 from .parallel_worker import CASES
 from .test_workflows_classifiers import write_digit_folder
 from .tiny import image_config, text_config
-from .workflow_utils import TINY_MODEL, example, free_port, run_example, script_env
+from .workflow_utils import TINY_MODEL, example, free_port, run_example, run_examples, script_env
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD_SIZE = 2
@@ -204,20 +204,27 @@ def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_r
     card = (tmp_path / "lm" / "README.md").read_text()
     assert "| parallelism | FSDP2 over 2 processes (transformers' plan: DistributedConfig(fsdp_size=2)) |" in card
 
-    flags = ["lm", "--prompt", "Return the", "--max-new-tokens", "16"]
-    alone = run_example("generate.py", *flags, tmp_path=tmp_path, env=env)
+    flags = ("lm", "--prompt", "Return the", "--max-new-tokens", "16")
     generate = [*TORCHRUN, *example("generate.py")]
     sharded = run_example(generate, *flags, "--tp-size", "2", tmp_path=tmp_path, env=env)
+    alone, refused, too_long, not_launched = run_examples(
+        [
+            ("generate.py", *flags),
+            ("generate.py", *flags, "--tp-size", "2"),
+            ("generate.py", "lm", "--max-new-tokens", "30"),
+            ("train_causal_lm.py", "--fsdp-size", "2"),
+        ],
+        tmp_path=tmp_path,
+        env=env,
+        expect_failure=[False, True, True, True],
+    )
     text = alone.split("parameters in one process\n", 1)[1].splitlines()[0]  # the prompt and what follows
     assert text.startswith("Return the") and len(text) > len("Return the")
     assert sharded.split("the first holds", 1)[1].splitlines()[1] == text, sharded[-2000:]
     assert sharded.count("Return the") == 1  # printed by the first process only
 
-    refused = run_example("generate.py", *flags, "--tp-size", "2", tmp_path=tmp_path, expect_failure=True)
     assert "argument --tp-size: 2 is not valid: it must equal the number of processes, 1" in refused
-    too_long = run_example("generate.py", "lm", "--max-new-tokens", "30", tmp_path=tmp_path, expect_failure=True)
     assert "argument --max-new-tokens: 30 is not valid: the model has 32 positions" in too_long
-    not_launched = run_example("train_causal_lm.py", "--fsdp-size", "2", tmp_path=tmp_path, expect_failure=True)
     assert "fsdp_size=2 is not valid: it must equal the number of processes, 1" in not_launched
 
 

@@ -9,7 +9,15 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import pipeline
 
-from .workflow_utils import TINY_MODEL, WORKFLOWS_PAGE, listed_files, printed_number, run_example, training_losses
+from .workflow_utils import (
+    TINY_MODEL,
+    WORKFLOWS_PAGE,
+    listed_files,
+    printed_number,
+    run_example,
+    run_examples,
+    training_losses,
+)
 
 
 def write_digit_folder(root: Path, classes: tuple[int, ...], per_class: int) -> None:
@@ -70,15 +78,21 @@ def test_image_classifier_trains_on_an_image_folder_and_saves_its_processor(tmp_
 
 def test_classifier_scripts_name_bad_data_clearly(tmp_path: Path) -> None:
     (tmp_path / "empty" / "cats").mkdir(parents=True)
-    output = run_example("train_image_classifier.py", "--train-dir", "empty", tmp_path=tmp_path, expect_failure=True)
-    assert "ValueError: no images (.png, " in output and "class sub-folders of 'empty'" in output
-    output = run_example("train_image_classifier.py", "--patch-size", "3", tmp_path=tmp_path, expect_failure=True)
-    assert "`patch_size`=3 is invalid" in output and "Traceback" not in output  # refused as it is parsed
     (tmp_path / "data.txt").write_text("not a table")
-    output = run_example("train_text_classifier.py", "--train-file", "data.txt", tmp_path=tmp_path, expect_failure=True)
-    assert "--train_file 'data.txt' is not valid: expected a .csv, .json, .jsonl file" in output
-    output = run_example("train_text_classifier.py", "--test-file", "x.csv", tmp_path=tmp_path, expect_failure=True)
-    assert "--test_file needs --train_file" in output and "Traceback" not in output
+    empty, patch, table, test_only = run_examples(
+        [
+            ("train_image_classifier.py", "--train-dir", "empty"),
+            ("train_image_classifier.py", "--patch-size", "3"),
+            ("train_text_classifier.py", "--train-file", "data.txt"),
+            ("train_text_classifier.py", "--test-file", "x.csv"),
+        ],
+        tmp_path=tmp_path,
+        expect_failure=True,
+    )
+    assert "ValueError: no images (.png, " in empty and "class sub-folders of 'empty'" in empty
+    assert "`patch_size`=3 is invalid" in patch and "Traceback" not in patch  # refused as it is parsed
+    assert "--train_file 'data.txt' is not valid: expected a .csv, .json, .jsonl file" in table
+    assert "--test_file needs --train_file" in test_only and "Traceback" not in test_only
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from .workflow_utils import (
     listed_files,
     printed_number,
     run_example,
+    run_examples,
     training_losses,
     write_text,
 )
@@ -71,8 +72,8 @@ def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_vali
         ("--hidden-size", "30"): "`hidden_size`=30 is invalid; it must be divisible by num_attention_heads=4",
         ("--position-embedding-type", "rope"): "argument --position_embedding_type/--position-embedding-type: invalid",
     }
-    for flags, message in cases.items():
-        output = run_example("quickstart.py", *flags, tmp_path=tmp_path, expect_failure=True)
+    outputs = run_examples([("quickstart.py", *flags) for flags in cases], tmp_path=tmp_path, expect_failure=True)
+    for message, output in zip(cases.values(), outputs, strict=True):
         assert message in output, output[-2000:]  # argparse's usage error, or the config's own ValueError
     assert not (tmp_path / "turner-quickstart").exists()
 
@@ -90,9 +91,9 @@ def test_every_example_answers_help_with_the_same_flag_names(tmp_path: Path) -> 
         "train_image_classifier.py",
         "train_text_classifier.py",
     )
-    for script in scripts:
-        output = run_example(script, "--help", tmp_path=tmp_path)
-        assert output.startswith("usage: "), script
+    outputs = run_examples([(script, "--help") for script in scripts], tmp_path=tmp_path)
+    for script, output in zip(scripts, outputs, strict=True):
+        assert output.startswith(f"usage: {script} "), script
         if script not in ("push_to_hub.py", "generate.py"):  # they train nothing
             assert all(flag in output for flag in common), script
         if script.startswith("train_"):

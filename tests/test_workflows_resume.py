@@ -29,6 +29,7 @@ from .workflow_utils import (
     kill_run,
     launch_env,
     run_example,
+    run_examples,
     start,
     worker_pids,
     write_text,
@@ -58,17 +59,18 @@ def test_a_killed_run_resumes_to_the_weights_and_losses_of_one_never_stopped(tmp
 
 
 def test_resume_flag_names_what_is_wrong(tmp_path: Path) -> None:
-    output = run_example(
-        "train_causal_lm.py", "--resume-from-checkpoint", "true", "--output-dir", "empty", tmp_path=tmp_path,
-        expect_failure=True,
-    )  # fmt: skip
-    assert "--resume_from_checkpoint 'true' is not valid: no complete checkpoint-N folder" in output
     (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
-    output = run_example(
-        "train_causal_lm.py", "--resume-from-checkpoint", "out/checkpoint-5", tmp_path=tmp_path, expect_failure=True
+    empty, incomplete = run_examples(
+        [
+            ("train_causal_lm.py", "--resume-from-checkpoint", "true", "--output-dir", "empty"),
+            ("train_causal_lm.py", "--resume-from-checkpoint", "out/checkpoint-5"),
+        ],
+        tmp_path=tmp_path,
+        expect_failure=True,
     )
-    assert "--resume_from_checkpoint 'out/checkpoint-5' is not valid: not a complete checkpoint" in output
-    assert "Traceback" not in output
+    assert "--resume_from_checkpoint 'true' is not valid: no complete checkpoint-N folder" in empty
+    assert "--resume_from_checkpoint 'out/checkpoint-5' is not valid: not a complete checkpoint" in incomplete
+    assert "Traceback" not in incomplete
 
 
 @pytest.mark.slow

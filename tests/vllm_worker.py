@@ -6,9 +6,12 @@ the same folder, in its own environment.
 
 JOB.json holds a list of jobs, run one after another in this process (one engine at a time), each
 `{"folder": ..., "task": "generate" | "embed", "prompts": [[token ids], ...], "max_tokens": 12,
-"tensor_parallel_size": 1, "compile": false}`. For each, one line `VLLM_RESULT {"folder": ..., "transformers":
-version, "vllm": version, "turner_tfm_importable": bool, "tokens": [[ids], ...]}` (`generate`, greedy, past any end
-token) or `"embeddings": [[floats], ...]` (`embed`, the pooling runner's default pooling).
+"tensor_parallel_size": 1, "compile": false, "in_process": false}` (`in_process`: the engine's core runs in this
+process, VLLM_ENABLE_V1_MULTIPROCESSING=0, instead of in a process of its own, vLLM's default). For each, one line
+`VLLM_RESULT {"folder": ..., "transformers": version, "vllm": version, "turner_tfm_importable": bool, "tokens":
+[[ids], ...]}` (`generate`, greedy, past any end token) or `"embeddings": [[floats], ...]` (`embed`, the pooling
+runner's default pooling), or `{"folder": ..., "error": traceback}` for a job that failed (the jobs after it still
+run: put a job expected to fail last).
 """
 
 import gc
@@ -16,6 +19,7 @@ import importlib.util
 import json
 import os
 import sys
+import traceback
 
 
 def run(job: dict) -> dict:
@@ -23,6 +27,7 @@ def run(job: dict) -> dict:
     import vllm
     from vllm import LLM, SamplingParams
 
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if job.get("in_process") else "1"
     engine = LLM(
         model=job["folder"],
         model_impl="transformers",
@@ -41,16 +46,18 @@ def run(job: dict) -> dict:
         "vllm": vllm.__version__,
         "turner_tfm_importable": importlib.util.find_spec("turner_tfm") is not None,
     }
-    if job["task"] == "generate":
-        sampling = SamplingParams(temperature=0, max_tokens=job["max_tokens"], ignore_eos=True)
-        outputs = engine.generate(prompts, sampling, use_tqdm=False)
-        answer["tokens"] = [list(output.outputs[0].token_ids) for output in outputs]
-    else:
-        outputs = engine.embed(prompts, use_tqdm=False)
-        answer["embeddings"] = [list(output.outputs.embedding) for output in outputs]
-    engine.llm_engine.engine_core.shutdown()  # its processes end before the next job's engine starts
-    del engine
-    gc.collect()
+    try:
+        if job["task"] == "generate":
+            sampling = SamplingParams(temperature=0, max_tokens=job["max_tokens"], ignore_eos=True)
+            outputs = engine.generate(prompts, sampling, use_tqdm=False)
+            answer["tokens"] = [list(output.outputs[0].token_ids) for output in outputs]
+        else:
+            outputs = engine.embed(prompts, use_tqdm=False)
+            answer["embeddings"] = [list(output.outputs.embedding) for output in outputs]
+    finally:
+        engine.llm_engine.engine_core.shutdown()  # its processes end before the next job's engine starts
+        del engine
+        gc.collect()
     return answer
 
 
@@ -58,10 +65,14 @@ if __name__ == "__main__":  # vLLM starts its engine in spawned processes, which
     with open(sys.argv[1]) as job_file:
         jobs = json.load(job_file)
     for job in jobs:
-        print("VLLM_RESULT " + json.dumps(run(job)), flush=True)
+        try:
+            answer = run(job)
+        except Exception:
+            answer = {"folder": job["folder"], "error": traceback.format_exc()}
+        print("VLLM_RESULT " + json.dumps(answer), flush=True)
     # Every answer is out and every engine shut down. At interpreter exit, vLLM 0.32 on the CPU can then abort in C++
     # teardown ("terminate called without an active exception": a running std::thread destroyed; SIGABRT, once in a
     # CI run of the lane, after both answers of the embeddings test). That is teardown, not the answers under test:
-    # skip it. A job that fails raises above, before this line, and the worker exits with its traceback.
+    # skip it.
     sys.stderr.flush()
     os._exit(0)

@@ -115,10 +115,79 @@ def run_example(
         text=True,
         timeout=timeout,
     )
-    output = (result.stdout + result.stderr).replace("\r", "\n")
-    failed = result.returncode != 0
-    assert failed == expect_failure, f"exit status {result.returncode}; output ends:\n{output[-4000:]}"
+    return _checked(result.returncode, result.stdout + result.stderr, expect_failure)
+
+
+def _checked(status: int, output: str, expect_failure: bool) -> str:
+    output = output.replace("\r", "\n")
+    assert (status != 0) == expect_failure, f"exit status {status}; output ends:\n{output[-4000:]}"
     return output
+
+
+# The process of `run_examples`: each job runs as `python -m MODULE ARGS` runs a module (runpy, as `__main__`, with
+# `sys.argv` set), its stdout and stderr (file descriptors 1 and 2, so every handler and library writes there too) in
+# files of its own, its warnings filters fresh; an uncaught exception prints its traceback and counts as status 1, as
+# the interpreter does. One line per job on the real stdout: its exit status.
+_ONE_PROCESS = """
+import json, os, runpy, sys, traceback, warnings
+for module, argv, stdout, stderr in json.loads(sys.argv[1]):
+    sys.stdout.flush(), sys.stderr.flush()
+    real = os.dup(1), os.dup(2)
+    for fd, log in ((1, stdout), (2, stderr)):
+        with open(log, "w") as file:
+            os.dup2(file.fileno(), fd)
+    status, sys.argv = 0, [module, *argv]
+    with warnings.catch_warnings():
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as done:  # sys.exit(None | status | message)
+            status = done.code or 0
+            if not isinstance(status, int):
+                print(status, file=sys.stderr)
+                status = 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    sys.stdout.flush(), sys.stderr.flush()
+    os.dup2(real[0], 1), os.dup2(real[1], 2)
+    print(status, flush=True)
+"""
+
+
+def run_examples(
+    runs: list[tuple[str, ...]],
+    *,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    expect_failure: bool | list[bool] = False,
+    timeout: float = 300,
+) -> list[str]:
+    """Run each of `runs` ("NAME.py", *args) as `python -m examples.NAME ARGS` runs it, one after another in one
+    Python process (in `tmp_path`, with `env` or `script_env`): what a user sees of each, for the price of one
+    interpreter and one `import torch, transformers`. For runs that stop early (`--help`, a flag or a file refused)
+    and short ones; a training run gets a process of its own (`run_example`). Fails the test, showing the output's
+    tail, when a run's exit status is not what was expected; returns each run's output."""
+    expected = expect_failure if isinstance(expect_failure, list) else [expect_failure] * len(runs)
+    logs = [
+        [tmp_path / f"run-{time.monotonic_ns()}-{index}.{kind}" for kind in ("out", "err")]
+        for index in range(len(runs))
+    ]
+    modules = [f"examples.{script.removesuffix('.py')}" for script, *_ in runs]
+    jobs = [[module, args, *map(str, files)] for module, (_, *args), files in zip(modules, runs, logs, strict=True)]
+    result = subprocess.run(
+        [sys.executable, "-c", _ONE_PROCESS, json.dumps(jobs)],
+        cwd=tmp_path,
+        env=env or script_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    statuses = [int(line) for line in result.stdout.split()]
+    outputs = ["".join(log.read_text() for log in files if log.exists()) for files in logs]  # stdout, then stderr
+    assert len(statuses) == len(runs), (  # the process died: the output of the run it died in, and its own
+        f"{len(statuses)} of {len(runs)} runs ended:\n{outputs[len(statuses)][-3000:]}\n{result.stderr[-1000:]}"
+    )
+    return [_checked(*checked) for checked in zip(statuses, outputs, expected, strict=True)]
 
 
 def training_losses(output: str) -> list[float]:
