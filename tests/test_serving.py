@@ -14,7 +14,7 @@ from transformers import AttentionInterface, DataCollatorWithFlattening
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification, TurnerModel
-from turner_tfm.modeling_turner import TurnerAttention, attention_function
+from turner_tfm.modeling_turner import TurnerAttention
 
 from .tiny import image_config, random_ids, text_config
 
@@ -31,17 +31,25 @@ def test_the_backbone_declares_support_for_engines_attention():
     assert TurnerModel._supports_attention_backend is True
 
 
-def test_attention_is_called_once_through_the_interface_with_a_scaling_attribute():
-    """The backbone looks the attention function up in `ALL_ATTENTION_FUNCTIONS` (`attention_function`, once per
-    forward pass), and each attention module calls it once, with a number for `scaling` and the caller's keywords."""
-    assert "ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation" in inspect.getsource(attention_function)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(TurnerAttention.forward)))
-    calls = [
-        node
+def attention_calls(forward_source: str) -> tuple[list[ast.Call], set[str]]:
+    """The calls of the local variable bound to `ALL_ATTENTION_FUNCTIONS...`, and that variable's names."""
+    tree = ast.parse(textwrap.dedent(forward_source))
+    names = {
+        target.id
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "attention_interface"
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.value)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    calls = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names
     ]
-    assert len(calls) == 1
+    return calls, names
+
+
+def test_attention_is_called_once_through_the_interface_with_a_scaling_attribute():
+    calls, names = attention_calls(inspect.getsource(TurnerAttention.forward))
+    assert names == {"attention_interface"} and len(calls) == 1
     scaling = next(keyword.value for keyword in calls[0].keywords if keyword.arg == "scaling")
     assert ast.unparse(scaling).startswith("self.") or isinstance(scaling, ast.Constant)
     assert any(keyword.arg is None for keyword in calls[0].keywords)  # **kwargs reach the attention function

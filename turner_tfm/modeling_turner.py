@@ -239,11 +239,6 @@ class TurnerPatchEmbeddings(nn.Module):
         return torch.cat([table[:1], resized])
 
 
-def attention_function(config: TurnerConfig) -> Callable:
-    """The attention function `config._attn_implementation` names (eager: `eager_attention_forward`, below)."""
-    return ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)
-
-
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -297,11 +292,8 @@ class TurnerAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        attention_interface: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`attention_interface`: the attention function (eq. 2, 5) the backbone looked up for this forward pass; by
-        default the one `config._attn_implementation` names."""
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
         # Explicit widths, one per part, written out as a tuple on `self.qkv_proj(...)`: vLLM's Transformers backend
@@ -323,7 +315,11 @@ class TurnerAttention(nn.Module):
         if cache is not None:  # §4.1 incremental property: earlier keys and values never change
             key, value = update_cache(cache, key, value, self.layer_idx, kwargs)
 
-        attention_interface = attention_interface or attention_function(self.config)
+        # Looked up here, as the in-library models do: vLLM's Transformers backend finds this assignment and the one
+        # call of it in the source, and serves the model only if it does
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -377,11 +373,10 @@ class TurnerBlock(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        attention_interface: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """The cache comes under this release's name (`CACHE_NAME`): the one gradient checkpointing clears."""
-        attention = (attention_mask, kwargs.pop(CACHE_NAME, None), position_embeddings, attention_interface)
+        attention = (attention_mask, kwargs.pop(CACHE_NAME, None), position_embeddings)
         if self.pre_norm:
             attn_output, _ = self.self_attn(self.attn_norm(hidden_states), *attention, **kwargs)
             hidden_states = hidden_states + self.dropout(attn_output)
@@ -493,9 +488,8 @@ class TurnerModel(TurnerPreTrainedModel):
         rotations = self._rotations(hidden_states, position_ids)
 
         block_cache = named_cache(cache)  # under the name this release's gradient checkpointing clears
-        attention = attention_function(self.config)  # looked up once for every block
         for block in self.layers:
-            hidden_states = block(hidden_states, mask, rotations, attention, **block_cache, **kwargs)
+            hidden_states = block(hidden_states, mask, rotations, **block_cache, **kwargs)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
