@@ -1,6 +1,7 @@
 """The transformers model contract, checked on all four classes the way transformers checks its own models."""
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -410,6 +411,25 @@ def test_no_forward_takes_a_set_difference_of_its_keywords():
                 left = node.left
                 keys = isinstance(left, ast.Call) and isinstance(left.func, ast.Attribute) and left.func.attr == "keys"
                 assert not keys, f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+
+
+def own_parameters(function) -> list[str]:
+    """The names a function's own code takes its arguments under (its `*args` and `**kwargs` included)."""
+    code = function.__code__
+    variadic = bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount + variadic])
+
+
+@pytest.mark.parametrize("model_class", [TurnerModel, TurnerForCausalLM, TurnerForSequenceClassification])
+def test_every_layer_of_a_wrapped_forward_gives_the_signature_of_its_own_code(model_class):
+    """torch's full-graph capture (`aot_compile`, which vLLM's compiled engine runs the backbone through) binds a call's
+    arguments with `inspect.signature(forward, follow_wrapped=False)` and runs the function's own code with them as its
+    locals: a wrapper announcing the wrapped forward's signature (`__signature__`) failed there with "Could not find a
+    local variable with name `args`" (the engines lane's compiled vLLM test)."""
+    function = model_class.forward
+    while function is not None:
+        assert list(inspect.signature(function, follow_wrapped=False).parameters) == own_parameters(function)
+        function = getattr(function, "__wrapped__", None)
 
 
 @pytest.mark.parametrize("case", ["causal_lm", "image_classification"])

@@ -89,9 +89,6 @@ def takes_cache(forward: Callable) -> Callable:
 
     if CACHE_NAME != OLD_CACHE_NAME:
         forward_taking_cache = deprecate_kwarg(OLD_CACHE_NAME, version="5.40.0", new_name="cache")(forward_taking_cache)
-    # The signature, worked out once: generate() reads it at every step of a model loaded as remote code (whether it
-    # still takes `cache_position`), and inspect would otherwise unwrap and rebuild it each time
-    forward_taking_cache.__signature__ = inspect.signature(forward)
     return forward_taking_cache
 
 
