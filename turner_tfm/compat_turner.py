@@ -76,7 +76,8 @@ def takes_cache(forward: Callable) -> Callable:
     Where this release already says `cache`, the old name goes through transformers' own `deprecate_kwarg`, outermost,
     exactly as in its models (GPT-2, Llama): the same FutureWarning, attributed to the caller, on every call. Before,
     `past_key_values` is the current name (generate() passes it) and is read silently."""
-    reads = frozenset(inspect.signature(forward).parameters) | TAKEN_FROM_KWARGS
+    signature = inspect.signature(forward)
+    reads = frozenset(signature.parameters) | TAKEN_FROM_KWARGS
 
     @functools.wraps(forward)
     def forward_taking_cache(self, *args, **kwargs):
@@ -89,6 +90,11 @@ def takes_cache(forward: Callable) -> Callable:
 
     if CACHE_NAME != OLD_CACHE_NAME:
         forward_taking_cache = deprecate_kwarg(OLD_CACHE_NAME, version="5.40.0", new_name="cache")(forward_taking_cache)
+    # The forward's own signature, worked out once and kept on the innermost function (after wrapping, so that no
+    # wrapper copies it): generate() reads it at every step (is `cache_position` still taken?), and inspect, unwrapping
+    # down to it, stops there instead of rebuilding it. No wrapper may carry it: torch's full-graph capture binds
+    # arguments with each function's own signature (follow_wrapped=False)
+    inspect.unwrap(forward).__signature__ = signature
     return forward_taking_cache
 
 
