@@ -404,7 +404,7 @@ def test_compiled_training_attends_causally_without_a_mask_on_every_torch(monkey
 def test_no_forward_takes_a_set_difference_of_its_keywords():
     """torch 2.11's dynamo cannot trace `kwargs.keys() - names` ("'NotImplementedType' object is not iterable"):
     torch.compile of a Turner model failed there (issue 42 item 5). 2.11 is below the floor and not installed by CI,
-    so the construct is looked for in the source; the lanes compile the model on torch 2.13 and 2.14."""
+    so the construct is looked for in the source; the lanes compile the model on torch 2.13 and 2.15."""
     for path in Path(turner_tfm.__file__).parent.glob("*_turner.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):

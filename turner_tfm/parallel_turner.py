@@ -39,7 +39,7 @@ def fsdp_plan(config: PreTrainedConfig) -> dict[str, str]:
 
 
 if is_torch_distributed_available():
-    # `_StridedShard`: torch's private strided placement (no public one as of 2.14; transformers' packed styles use it
+    # `_StridedShard`: torch's private strided placement (no public one as of 2.15; transformers' packed styles use it
     # too), the one private torch name the package uses, checked by tests/test_torch_private_apis.py
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
     from torch.distributed.tensor.placement_types import _StridedShard
