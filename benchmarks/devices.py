@@ -81,8 +81,19 @@ def synced(fn: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
 
 
 def allocated(device: torch.device) -> int | None:
-    """Bytes the caching allocator holds for tensors now (None on the CPU)."""
-    return torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    """Bytes the caching allocator holds for tensors now, cuBLAS's workspaces left out (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    drop_cublas_workspaces()
+    return torch.cuda.memory_allocated(device)
+
+
+def drop_cublas_workspaces() -> None:
+    """Free cuBLAS's workspaces (32 MiB each on Hopper), which the caching allocator counts: the first matrix product
+    after a clear allocates one, and a CUDA graph's capture clears them (torch's `cudagraph_trees`), so without this a
+    contender's first call could be charged a workspace, or credited the one it freed (a negative peak, seen on an
+    H200). torch's own CUDA leak check clears them the same way before it counts; no public API does it (torch 2.15)."""
+    torch._C._cuda_clearCublasWorkspaces()
 
 
 class Held:
@@ -140,8 +151,8 @@ def peak_above(call: Callable[[], Any], device: torch.device) -> int | None:
         call()
         return None
     synchronize(device)
+    start = allocated(device)  # the call's own workspace is then part of what it allocates on top
     torch.cuda.reset_peak_memory_stats(device)
-    start = torch.cuda.memory_allocated(device)
     call()
     synchronize(device)
     return torch.cuda.max_memory_allocated(device) - start

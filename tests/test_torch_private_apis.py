@@ -34,3 +34,15 @@ def test_the_profiler_trace_carries_the_running_total_of_cpu_allocations():
         f"torch {torch.__version__}: a 1 MiB allocation peaks at {peak} bytes in the profiler's trace: "
         "benchmarks/bench_attention_memory.py reads `Total Allocated` of its CPU `[memory]` events"
     )
+
+
+def test_a_cuda_build_frees_cublas_workspaces_by_the_name_the_benchmarks_call():
+    """`benchmarks/devices.py` frees cuBLAS's workspaces (`drop_cublas_workspaces`) before it counts CUDA memory; a
+    CUDA build of torch has the name and runs it without a GPU; a CPU build (never counting CUDA memory) has none."""
+    name = "_cuda_clearCublasWorkspaces"
+    built = torch.backends.cuda.is_built()
+    assert hasattr(torch._C, name) == built, (
+        f"torch {torch.__version__} (CUDA build: {built}): torch._C.{name} moved; benchmarks/devices.py calls it"
+    )
+    if built:
+        getattr(torch._C, name)()
