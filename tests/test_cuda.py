@@ -15,7 +15,6 @@ from transformers import AutoModelForCausalLM, CompileConfig
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
 from turner_tfm.compat_turner import output_cache
 
-from .test_value_checks import train_on_a_bad_batch
 from .tiny import image_config, random_ids, text_config
 
 pytestmark = pytest.mark.gpu
@@ -172,6 +171,8 @@ def test_bad_classifier_inputs_on_cuda_get_the_cpus_errors_and_the_gpu_stays_usa
 
 
 def test_a_trainer_on_cuda_meeting_a_bad_batch_stops_by_name_and_keeps_its_checkpoint(tmp_path):
+    from .test_value_checks import train_on_a_bad_batch  # needs `datasets`: a GPU image without it fails this test only
+
     train_on_a_bad_batch(tmp_path, "cuda")
     assert torch.ones(3, device=CUDA).sum().item() == 3.0
 
