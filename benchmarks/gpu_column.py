@@ -58,20 +58,19 @@ class Row:
 
 
 # From the H100 measurement of 2026-11-26 (torch 2.11, ../shared/measurements/h100-2026-11-26/results.jsonl): the first
-# steps or calls of the contenders (compilation, CUDA-graph capture) and a step or call's median. The compiled L6 row,
-# the minimal GPT's decoding loop and continuous batching were not measured there: those figures are guesses (the L6
-# model compiles as many graphs as the L12, at about 3/4 of the time; the loop as fast as generate(); a
-# generate_batch call is its 128 steps of 5 ms plus ~1 s of manager start and stop with a garbage collection).
+# steps or calls of the contenders (compilation, CUDA-graph capture) and a step or call's median. The compiled L6 row
+# and continuous batching were not measured there; their figures come from this command's first run, on an H200
+# (2026-11-27, torch 2.11: benchmarks/results/gpu/), whose other rows took about what the H100's figures say.
 H100_SECONDS: dict[str, tuple[float, float]] = {
     "train gpt2-small": (1.8, 0.054),
     "train nanogpt-gpu": (0.3, 0.013),
     "train-compiled gpt2-small": (77.0, 0.041),
-    "train-compiled nanogpt-gpu": (60.0, 0.012),
+    "train-compiled nanogpt-gpu": (48.0, 0.012),
     "decode 1": (14.0, 0.55),
     "decode 64": (16.0, 0.65),
     "decode-static 1": (23.5, 0.20),
     "decode-static 64": (27.6, 0.22),
-    "continuous-batching 64": (20.0, 1.5),
+    "continuous-batching 64": (20.0, 9.1),
 }
 SECTIONS = ["train", "train-compiled", "decode", "decode-static", "continuous-batching"]
 STARTUP_SECONDS = 20.0  # imports, CUDA's start, the matrix-product probe, building models on the GPU
@@ -156,7 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="toy sizes (a check that every section runs)")
     parser.add_argument("--train-repeats", type=int, default=20, help="timed training steps per contender")
     parser.add_argument("--train-warmup", type=int, default=3, help="untimed training steps per contender")
-    parser.add_argument("--cb-repeats", type=int, default=5, help="timed generate_batch calls per contender")
+    parser.add_argument("--cb-repeats", type=int, default=3, help="timed generate_batch calls per contender")
     devices.add_device_arguments(parser, default="cuda")
     benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
@@ -172,11 +171,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {section: [] for section in args.sections}
     measured = dict.fromkeys(args.sections, 0.0)
-    for row in rows:
+    for done, row in enumerate(rows):  # the JSON is rewritten after each row: a run cut short keeps what it measured
         start = time.perf_counter()
         results[row.section].append({"label": row.label} | run_row(row, args, env["device"]["peak_bf16_flops"]))
         measured[row.section] += time.perf_counter() - start
         print(f"[{time.perf_counter() - started:6.0f} s] {row.section}: {row.label}", flush=True)
+        benchutils.save_run(args, "gpu_column", env, sections=results, rows_done=f"{done + 1} of {len(rows)}")
     benchutils.finish_run(env)
     seconds = {s: {"estimated_h100": None if args.tiny else estimated[s], "measured": measured[s]} for s in measured}
     seconds["total"] = {
