@@ -67,6 +67,27 @@ def test_train_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(set(result["parameters"].values())) == 1, "the three models must have the same parameter count"
 
 
+@pytest.mark.parametrize("contender", ["turner", "gpt2"])
+def test_the_training_step_builds_no_cache_as_the_trainer_does(contender: str) -> None:
+    """bench_train's step calls the transformers models as `Trainer` does (its `use_cache` defaults to False), with the
+    config's `use_cache` left True: a step that built a KV cache would return one (which under torch.compile costs
+    the backward a zero gradient per layer) and the minimal GPT, which has none, would not be doing the same work."""
+    from transformers import TrainingArguments
+
+    from benchmarks.bench_train import CONTENDERS, SHAPES, train_step
+    from turner_tfm.compat_turner import output_cache
+
+    assert TrainingArguments(output_dir="unused").use_cache is False, "the Trainer builds caches while training now"
+    shape, batch = SHAPES["tiny"]
+    model = CONTENDERS[contender](shape)
+    assert model.config.use_cache
+    outputs = []
+    model.register_forward_hook(lambda module, args, output: outputs.append(output))
+    train_step(model, torch.randint(0, shape.vocab, (batch, shape.context)), False, "eager", "fp32")()
+    assert len(outputs) == 1 and outputs[0].loss is not None
+    assert output_cache(outputs[0]) is None
+
+
 def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--layers", "1", "--heads", "2", "--features", "32", "--prompt", "4", "--new-tokens", "3"]
     args += [
