@@ -8,6 +8,7 @@ import torch
 from torch.distributed.tensor import placement_types
 
 from benchmarks.bench_attention_memory import peak_allocated_bytes
+from benchmarks.devices import drop_cublas_workspaces
 
 MIB = 2**20
 
@@ -45,4 +46,4 @@ def test_a_cuda_build_frees_cublas_workspaces_by_the_name_the_benchmarks_call():
         f"torch {torch.__version__} (CUDA build: {built}): torch._C.{name} moved; benchmarks/devices.py calls it"
     )
     if built:
-        getattr(torch._C, name)()
+        drop_cublas_workspaces()
