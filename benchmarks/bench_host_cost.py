@@ -4,13 +4,14 @@ On a GPU a small model's decoding step waits on the host, not on the card (the H
 a step, ~0.1 ms of weight reads). The host work is the same on any CPU when the arithmetic is negligible, so this
 measures it there: a deep, narrow model (12 layers, 32 features, 4 heads by default), batch 1, one torch thread.
 
-For each contender and case, three axes:
+For each contender and case, these axes:
 
 * time: this thread's CPU time (`time.thread_time`: the host's own work, which time spent waiting for a busy
   machine's cores does not inflate) and wall time, interleaved repetitions with the contenders rotated, as every
   benchmark here;
 * aten ops: operator events that `torch.profiler` records (nested ones included, e.g. `aten::linear` and the
-  `aten::addmm` it calls);
+  `aten::addmm` it calls), and of those the top-level ones, which Python called (each a crossing into torch's
+  dispatcher; `nn.Linear` is one, `aten::linear`, whatever it calls inside);
 * Python calls: the function calls `cProfile` counts (Python functions and built-ins).
 
 Cases: `dynamic` (`generate()` greedy with the default dynamic cache), `static` (`cache_implementation="static"`,
@@ -36,13 +37,17 @@ from benchmarks.bench_generate import generate_fn
 from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, turner_lm
 
 CASES = ["dynamic", "static", "forward"]
+AXES = ("seconds", "aten_ops", "top_level_ops", "python_calls")  # what each case counts per contender
 
 
-def aten_ops(call: Callable[[], Any]) -> int:
-    """Operator events `torch.profiler` records in one call (nested ones counted)."""
+def aten_ops(call: Callable[[], Any]) -> tuple[int, int]:
+    """Operator events `torch.profiler` records in one call: all (nested ones counted), and the top-level ones (not
+    called by another operator)."""
     with profile(activities=[ProfilerActivity.CPU]) as profiled:
         call()
-    return sum(1 for event in profiled.events() if event.name.startswith("aten::"))
+    events = [event for event in profiled.events() if event.name.startswith("aten::")]
+    top_level = [event for event in events if not (event.cpu_parent and event.cpu_parent.name.startswith("aten::"))]
+    return len(events), len(top_level)
 
 
 def python_calls(call: Callable[[], Any]) -> int:
@@ -82,7 +87,11 @@ def bench(shape: LMShape, case: str, prompt_len: int, new_tokens: int, repeats: 
     prompt = torch.randint(0, shape.vocab, (1, prompt_len))
     calls = calls_of(models, case, prompt, new_tokens)
     with torch.inference_mode() if case != "forward" else torch.enable_grad():
-        ops = {name: per_unit(*(aten_ops(c) if c else None for c in pair), new_tokens) for name, pair in calls.items()}
+        counted = {name: [aten_ops(c) if c else (None, None) for c in pair] for name, pair in calls.items()}
+        ops, top_ops = (
+            {name: per_unit(*(counts[axis] for counts in pair), new_tokens) for name, pair in counted.items()}
+            for axis in (0, 1)
+        )
         py = {
             name: per_unit(*(python_calls(c) if c else None for c in pair), new_tokens) for name, pair in calls.items()
         }
@@ -96,17 +105,15 @@ def bench(shape: LMShape, case: str, prompt_len: int, new_tokens: int, repeats: 
         medians = {key: summary["median_s"] for key, summary in summaries.items()}
         return {name: per_unit(medians[f"{name}/s"], medians.get(f"{name}/l"), new_tokens) for name in calls}
 
-    seconds = per_contender(record["times"])
+    axes = dict(zip(AXES, (per_contender(record["times"]), ops, top_ops, py), strict=True))
     return {
         "case": case,
         "unit": "forward" if case == "forward" else "generated token",
-        "seconds": seconds,
         "wall_seconds": per_contender(wall["times"]),
-        "aten_ops": ops,
-        "python_calls": py,
+        **axes,
         "turner_ratio": {
             axis: {peer: values["turner"] / values[peer] for peer in values if peer != "turner"}
-            for axis, values in (("seconds", seconds), ("aten_ops", ops), ("python_calls", py))
+            for axis, values in axes.items()
         },
     } | {key: value for key, value in record.items() if key != "raw_seconds"}
 
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in ("turner", "gpt2", "minimal"):
             if name not in r["seconds"]:
                 continue
-            ratios = [r["turner_ratio"][axis].get(name) for axis in ("seconds", "aten_ops", "python_calls")]
+            ratios = [r["turner_ratio"][axis].get(name) for axis in AXES]
             rows.append(
                 [
                     f"{r['case']} (per {r['unit']})",
@@ -141,13 +148,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{r['seconds'][name] * 1e6:.0f} us",
                     f"{r['wall_seconds'][name] * 1e6:.0f} us",
                     f"{r['aten_ops'][name]:.0f}",
+                    f"{r['top_level_ops'][name]:.0f}",
                     f"{r['python_calls'][name]:.0f}",
                     " / ".join("-" if ratio is None else f"{ratio:.2f}x" for ratio in ratios),
                     benchutils.fmt_load(r),
                 ]
             )
-    header = ["case", "model", "CPU time", "wall time", "aten ops", "Python calls"]
-    header += ["Turner / this (CPU time / ops / calls)", "load"]
+    header = ["case", "model", "CPU time", "wall time", "aten ops", "from Python", "Python calls"]
+    header += ["Turner / this (CPU time / ops / from Python / calls)", "load"]
     intro = f"\nModel: {shape.describe()}, batch 1, prompt {args.prompt}; below 1.00x Turner does less.\n"
     benchutils.print_report(env, benchutils.markdown_table(header, rows), intro)
     return benchutils.save_run(args, "host_cost", env, model=shape.describe(), results=results)

@@ -130,9 +130,12 @@ def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for result in payload["results"]:
         names = {"turner", "gpt2"} | ({"minimal"} if result["case"] != "static" else set())
         check_load(result)
-        for axis in ("seconds", "wall_seconds", "aten_ops", "python_calls"):
+        for axis in ("seconds", "wall_seconds", "aten_ops", "top_level_ops", "python_calls"):
             assert set(result[axis]) == names, axis
         assert all(result["aten_ops"][name] > 0 and result["python_calls"][name] > 0 for name in names)
+        # every contender calls operators that call others (aten::linear calls aten::addmm, Conv1D.view as_strided)
+        assert all(0 < result["top_level_ops"][name] < result["aten_ops"][name] for name in names)
+        assert set(result["turner_ratio"]) == {"seconds", "aten_ops", "top_level_ops", "python_calls"}
         assert set(result["turner_ratio"]["python_calls"]) == names - {"turner"}
 
 
