@@ -4,22 +4,18 @@ import torch
 
 from turner_tfm import TurnerConfig
 
+# The blocks every tiny model has, text or image
+BLOCK_DEFAULTS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 TEXT_DEFAULTS = dict(
+    **BLOCK_DEFAULTS,
     vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
     max_position_embeddings=64,
     pad_token_id=0,
     bos_token_id=1,
     eos_token_id=2,
 )
 IMAGE_DEFAULTS = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
+    **BLOCK_DEFAULTS,
     image_size=16,
     patch_size=4,
     num_channels=3,

@@ -11,8 +11,9 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
-from .checks_turner import check_generated_pad, check_generation_length
+from .checks_turner import check_cache, check_generated_pad, check_generation_length
 from .compat_turner import CACHE_NAME
+from .configuration_turner import TurnerConfig
 
 logger = logging.get_logger(__name__)
 
@@ -109,6 +110,15 @@ def appending_cache(cache: Cache) -> Cache:
         TurnerDynamicLayer() if type(layer) is DynamicLayer and not layer.is_initialized else layer
         for layer in cache.layers
     ]
+    return cache
+
+
+def forward_cache(config: TurnerConfig, cache: Cache | None, use_cache: bool | None) -> Cache | None:
+    """The cache a forward pass of the backbone uses: the caller's (`check_cache`), or with `use_cache` a fresh
+    appending one, for a causal model only (only it reads keys back, §4.1)."""
+    cache = check_cache(config, cache)
+    if use_cache and cache is None and config.is_causal:
+        cache = appending_cache(DynamicCache(config=config))
     return cache
 
 

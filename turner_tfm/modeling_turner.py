@@ -6,11 +6,9 @@ laid out `(batch, N, D)`: token n of sequence b is `hidden_states[b, n]`, and `X
 Data flows one way: config -> `TurnerModel` (token or patch embeddings, M blocks, final norm) -> a head. The heads
 own their projection, pooling and loss; the backbone knows nothing of tasks.
 
-This file is the paper's block. The machinery around it lives in sibling modules, imported as `from .x import y` so
-that `save_pretrained` copies them beside it and a saved folder runs without `turner_tfm`: `checks_turner` (clear
-errors for bad inputs), `generation_turner` (the appending cache, generate() hooks), `parallel_turner` (tensor
-parallel and FSDP), `hub_turner` (remote code on save), `pooling_turner` (one vector per sequence, for the
-classifiers and the pooler, of padded and packed rows).
+This file is the paper's block. The machinery around it (input checks, the cache and generate() hooks, masks, parallel
+plans, pooling, remote code on save) lives in sibling `*_turner.py` modules, imported as `from .x import y` so that
+`save_pretrained` copies them beside it and a saved folder runs without `turner_tfm`.
 """
 
 from collections.abc import Callable
@@ -19,13 +17,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import (
-    create_bidirectional_mask,
-    create_causal_mask,
-    find_packed_sequence_indices,
-    packed_sequence_mask_function,
-)
+from transformers.cache_utils import Cache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -37,7 +29,6 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
@@ -50,26 +41,18 @@ from .checks_turner import (
 )
 from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
-from .generation_turner import TurnerGenerationMixin, appending_cache, generated_step
+from .generation_turner import TurnerGenerationMixin, forward_cache, generated_step
 from .hub_turner import TurnerHubMixin
+from .masks_turner import mask_for_blocks
 from .parallel_turner import TurnerParallelMixin
-from .pooling_turner import (
-    first_real_token,
-    packed_sequence_index,
-    pool_hidden_states,
-    pool_packed_sequences,
-    pooling_mask,
-)
+from .pooling_turner import TurnerPooler, packed_sequence_index, pool_sequences, pooling_mask
+from .positions_turner import resize_patch_positions
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
-    """Fixed sinusoids of different frequencies (§3, Vaswani et al. 2017), computed for any position.
-
-    Called like `nn.Embedding`: position ids in, one vector per position out. Nothing is stored, so models with these
-    positions run past the length they were trained on. The sinusoids are scaled so each feature has the standard
-    deviation of a freshly initialised token embedding (`scale`); unscaled, their norm sqrt(D/2) would drown the
-    tokens and the model would learn from positions alone.
-    """
+    """Fixed sinusoids of different frequencies (§3, Vaswani et al. 2017), called like `nn.Embedding`. Computed for
+    any position (nothing stored: a model runs past its training length), and scaled (`scale`) to the spread of a fresh
+    token embedding: unscaled, their norm sqrt(D/2) would drown the tokens and the model learn from positions alone."""
 
     def __init__(self, embedding_dim: int, scale: float = 1.0, base: float = 10000.0):
         super().__init__()
@@ -85,8 +68,8 @@ class TurnerSinusoidalPositionEmbedding(nn.Module):
         return nn.functional.pad(sinusoids, (0, self.embedding_dim - 2 * half))
 
 
-# §3: the position vector each `position_embedding_type` gives a token, built for a width (like `ACT2FN`, one home per
-# choice); the other types give none ("rotary" rotates queries and keys instead: `ROTATIONS`, below)
+# §3: the position vector each `position_embedding_type` gives a token, built for a width (one home per choice, like
+# `ACT2FN`); the other types give none ("rotary" rotates queries and keys instead: `ROTATIONS`, below)
 POSITION_VECTORS: dict[str, Callable[[TurnerConfig, int], nn.Module]] = {
     "learned": lambda config, width: nn.Embedding(config.max_position_embeddings, width),
     # sin and cos have std 1/sqrt(2) over positions
@@ -167,6 +150,8 @@ def build_norm(config: TurnerConfig) -> nn.Module:
 class TurnerEmbeddings(nn.Module):
     """X^(0) for text: one vector per token (§1.1), plus its position (§3) and, optionally, a token type."""
 
+    input_embedding_name = "embed_tokens"  # the module `get_input_embeddings` returns
+
     def __init__(self, config: TurnerConfig):
         super().__init__()
         self.combine = config.position_embedding_combine
@@ -202,6 +187,8 @@ class TurnerPatchEmbeddings(nn.Module):
     A convolution with stride equal to its kernel applies the same matrix W to every patch.
     """
 
+    input_embedding_name = "patch_embed"  # the module `get_input_embeddings` returns (W, as ViT's)
+
     def __init__(self, config: TurnerConfig):
         super().__init__()
         self.image_size = config.image_size
@@ -232,11 +219,7 @@ class TurnerPatchEmbeddings(nn.Module):
         trained_grid = self.image_size // self.patch_size
         if not isinstance(self.embed_positions, nn.Embedding) or tuple(grid) == (trained_grid, trained_grid):
             return self.embed_positions(position_ids)
-        table = self.embed_positions.weight
-        patch_table = table[1:].reshape(1, trained_grid, trained_grid, -1).permute(0, 3, 1, 2)
-        resized = nn.functional.interpolate(patch_table.float(), size=tuple(grid), mode="bicubic", align_corners=False)
-        resized = resized.to(table.dtype).permute(0, 2, 3, 1).reshape(-1, table.shape[-1])
-        return torch.cat([table[:1], resized])
+        return resize_patch_positions(self.embed_positions.weight, trained_grid, grid)
 
 
 def eager_attention_forward(
@@ -280,8 +263,8 @@ class TurnerAttention(nn.Module):
         self.is_causal = config.is_causal
         self.attention_dropout = config.attention_dropout
         self.share_query_key = config.share_query_key
-        inner_size = config.num_attention_heads * config.head_dim
-        self.inner_size = inner_size  # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
+        # of U_q, U_k, U_v each: of this process's heads (1/N under N-way tensor parallel)
+        self.inner_size = inner_size = config.num_attention_heads * config.head_dim
         projections = 2 if config.share_query_key else 3
         self.qkv_proj = nn.Linear(config.hidden_size, projections * inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner_size, config.hidden_size, bias=config.attention_bias)
@@ -296,9 +279,8 @@ class TurnerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         heads_shape = (*input_shape, -1, self.head_dim)
-        # Explicit widths, one per part, written out as a tuple on `self.qkv_proj(...)`: vLLM's Transformers backend
-        # finds this call in the source and rewrites the widths to each rank's to shard it as a packed QKV (an integer
-        # split size, or a tuple built any other way, is not recognised and its tensor parallel then fails)
+        # The widths as a literal tuple on `self.qkv_proj(...)`: vLLM's Transformers backend finds this call in the
+        # source and rewrites them per rank to shard a packed QKV (any other spelling breaks its tensor parallel)
         width = self.inner_size
         if self.share_query_key:
             query, value = self.qkv_proj(hidden_states).split((width, width), dim=-1)
@@ -315,8 +297,7 @@ class TurnerAttention(nn.Module):
         if cache is not None:  # §4.1 incremental property: earlier keys and values never change
             key, value = update_cache(cache, key, value, self.layer_idx, kwargs)
 
-        # Looked up here, as the in-library models do: vLLM's Transformers backend finds this assignment and the one
-        # call of it in the source, and serves the model only if it does
+        # Looked up here, as in-library models do: vLLM's Transformers backend serves the model only if it finds this
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -430,14 +411,10 @@ class TurnerModel(TurnerPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         """The token embedding table, or for images the patch embedding W (§4.2, as ViT returns its own), whose
         output adapters and gradient checkpointing make require grad."""
-        return getattr(self.embeddings, self._input_embedding_name)
+        return getattr(self.embeddings, self.embeddings.input_embedding_name)
 
     def set_input_embeddings(self, value: nn.Module) -> None:
-        setattr(self.embeddings, self._input_embedding_name, value)
-
-    @property
-    def _input_embedding_name(self) -> str:
-        return "patch_embed" if self.config.is_image_model else "embed_tokens"
+        setattr(self.embeddings, self.embeddings.input_embedding_name, value)
 
     @takes_cache
     @merge_with_config_defaults
@@ -472,9 +449,7 @@ class TurnerModel(TurnerPreTrainedModel):
             cache, use_cache, fresh_cache = None, False, True
         else:
             fresh_cache = cache is None
-            cache = check_cache(self.config, cache)
-            if use_cache and cache is None and self.config.is_causal:  # only a causal model reads keys back (§4.1)
-                cache = appending_cache(DynamicCache(config=self.config))
+            cache = forward_cache(self.config, cache, use_cache)
             if not checked_by_caller:
                 check_text_call(
                     self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
@@ -484,7 +459,7 @@ class TurnerModel(TurnerPreTrainedModel):
                 input_ids, inputs_embeds, position_ids, token_type_ids, cache
             )
         kwargs.pop("cache_position", None)  # checked above: the model derives the slots itself
-        mask = self._attention_mask(hidden_states, attention_mask, cache, position_ids, packed, fresh_cache)
+        mask = mask_for_blocks(self.config, hidden_states, attention_mask, cache, position_ids, packed, fresh_cache)
         rotations = self._rotations(hidden_states, position_ids)
 
         block_cache = named_cache(cache)  # under the name this release's gradient checkpointing clears
@@ -524,61 +499,6 @@ class TurnerModel(TurnerPreTrainedModel):
         if position_ids is None:  # image tokens: the class token, then the patches in raster order
             position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device).unsqueeze(0)
         return self.rotary_emb(position_ids, hidden_states.dtype)
-
-    def _attention_mask(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        cache: Cache | None,
-        position_ids: torch.Tensor | None,
-        packed: bool,
-        fresh_cache: bool,
-    ) -> torch.Tensor | None:
-        """The §4.1 auto-regressive mask when `is_causal`, else full attention; both combined with the padding. In a
-        packed row (`packed`: the caller's positions restart at each sequence, no padding mask) every token attends
-        only within its own sequence. transformers finds the sequences for the causal mask when no cache is passed;
-        here they are found for the full mask, and on the first pass of a fresh cache (the model makes one in eval
-        mode) unless a tracer runs, which cannot tell a packed row from one sequence (export passes positions).
-
-        With no padding, no packing and no cache passed in (`fresh_cache`: the keys are this call's tokens alone, so
-        queries and keys are the same tokens, traced or not), causal sdpa needs no mask: None, and sdpa's `is_causal`.
-        transformers decides the same outside a tracer, but keeps the mask under torch.compile before torch 2.14
-        (pytorch#176499: `torch.compiler.is_exporting()` is constant True there), twice the attention work; this
-        stands in for that fix."""
-        causal = self.config.is_causal
-        if (
-            causal
-            and attention_mask is None
-            and not packed
-            and fresh_cache
-            and self.config._attn_implementation == "sdpa"
-        ):
-            return None
-        ours = not causal or (cache is not None and not is_torchdynamo_compiling())
-        sequences = None
-        if packed and ours and cached_length(cache) == 0:
-            sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
-        make_mask = create_causal_mask if causal else create_bidirectional_mask
-        return make_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            **named_cache(cache),
-            and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
-            **({"position_ids": position_ids if packed else None} if causal else {}),  # transformers' detection
-        )
-
-
-class TurnerPooler(nn.Module):
-    """BERT's pooler: a dense layer and tanh on the first (real) token's final representation."""
-
-    def __init__(self, config: TurnerConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.activation(self.dense(first_real_token(hidden_states, attention_mask)))
 
 
 class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
@@ -658,22 +578,10 @@ class _TurnerClassifierMixin:
         self.dropout = build_dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
-    def _classify(
-        self,
-        outputs: BaseModelOutputWithPoolingAndCrossAttentions,
-        attention_mask: torch.Tensor | None,
-        sequence_index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits for each sequence: each row's, or each of a packed row's sequences (`sequence_index`)."""
-        if sequence_index is not None:
-            pooled = pool_packed_sequences(outputs.last_hidden_state, sequence_index, self.config.classifier_pooling)
-            if self.model.pooler is not None:  # the pooler reads the first token of each row: one row per sequence
-                pooled = self.model.pooler(pooled.unsqueeze(1))
-        elif outputs.pooler_output is not None:
-            pooled = outputs.pooler_output
-        else:
-            pooled = pool_hidden_states(outputs.last_hidden_state, attention_mask, self.config.classifier_pooling)
-        return self.classifier(self.dropout(pooled))
+    def _classify(self, outputs, mask: torch.Tensor | None, sequence_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for each row (pooling the tokens of `mask`), or each sequence of a packed row (`sequence_index`)."""
+        pooling, pooler = self.config.classifier_pooling, self.model.pooler
+        return self.classifier(self.dropout(pool_sequences(outputs, mask, sequence_index, pooling, pooler)))
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
         if labels is None:
@@ -726,9 +634,8 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             checked_by_caller=True,
             **kwargs,
         )
-        logits = self._classify(
-            outputs, pooling_mask(input_ids, attention_mask, self.config.pad_token_id), sequence_index
-        )
+        pooled_tokens = pooling_mask(input_ids, attention_mask, self.config.pad_token_id)
+        logits = self._classify(outputs, pooled_tokens, sequence_index)
         if labels is not None and sequence_index is not None:  # one label a sequence of the packed row
             raise_if_out_of_range([classification_label_check(self.config, labels, logits.shape[0])])
         return SequenceClassifierOutputWithPast(

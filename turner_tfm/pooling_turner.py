@@ -5,9 +5,12 @@ positions restarting at each, no attention mask), whose tokens are first told ap
 """
 
 import torch
+from torch import nn
 from transformers.masking_utils import find_packed_sequence_indices
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
 
 from .checks_turner import _invalid_input, _shape
+from .configuration_turner import TurnerConfig
 
 
 def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -83,3 +86,33 @@ def pooling_mask(
     if input_ids is None or pad is None:
         return None
     return (input_ids != pad).long()
+
+
+def pool_sequences(
+    outputs: BaseModelOutputWithPoolingAndCrossAttentions,
+    attention_mask: torch.Tensor | None,
+    sequence_index: torch.Tensor | None,
+    pooling: str,
+    pooler: nn.Module | None,
+) -> torch.Tensor:
+    """What a classifier's head reads: for each row, or each sequence of a packed row (`sequence_index`), the pooled
+    final representation (`pooling`), through BERT's `pooler` where the backbone has one."""
+    if sequence_index is not None:
+        pooled = pool_packed_sequences(outputs.last_hidden_state, sequence_index, pooling)
+        # the pooler reads the first token of each row: one row per sequence
+        return pooled if pooler is None else pooler(pooled.unsqueeze(1))
+    if outputs.pooler_output is not None:
+        return outputs.pooler_output
+    return pool_hidden_states(outputs.last_hidden_state, attention_mask, pooling)
+
+
+class TurnerPooler(nn.Module):
+    """BERT's pooler: a dense layer and tanh on the first (real) token's final representation."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.activation(self.dense(first_real_token(hidden_states, attention_mask)))
