@@ -86,6 +86,39 @@ def generate_from_a_prefix_cache(model: PreTrainedModel) -> torch.Tensor:
     return torch.cat(runs, dim=1)
 
 
+def prefix_tuned(model: PreTrainedModel):
+    """PEFT prefix tuning as its docs show it, four virtual tokens; PEFT's random initial prefix (the same under the
+    same seed) is enough to change the logits."""
+    from peft import PrefixTuningConfig, get_peft_model
+
+    torch.manual_seed(0)
+    return get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)).eval()
+
+
+def prefix_tuned_next_token(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """A prompt's next-token logits: of the base model, of the prefix-tuned forward pass, and of the first step of the
+    prefix-tuned generate(), with its cache and without."""
+    batch = {"input_ids": prompts(model), "attention_mask": torch.ones(2, 8, dtype=torch.long, device=model.device)}
+    with torch.no_grad():
+        answers = {"base model": model(**batch).logits[:, -1]}
+        tuned = prefix_tuned(model)
+        answers["forward"] = tuned(**batch).logits[:, -1]
+    for use_cache in (True, False):
+        out = tuned.generate(
+            **batch, max_new_tokens=1, use_cache=use_cache, do_sample=False, return_dict_in_generate=True,
+            output_logits=True,
+        )  # fmt: skip
+        answers[f"generate, use_cache={use_cache}"] = out.logits[0]
+    return answers
+
+
+def prefix_tuned_greedy(model: PreTrainedModel, use_cache: bool) -> torch.Tensor:
+    """Sixteen greedy tokens of the prefix-tuned model for a left-padded batch."""
+    return prefix_tuned(model).generate(
+        **padded(model, "left"), use_cache=use_cache, do_sample=False, max_new_tokens=16, min_new_tokens=16
+    )
+
+
 # The cache by hand: keep, crop, branch, reset, select
 
 

@@ -7,6 +7,8 @@ Trainer's evaluation, device placement, assisted decoding) find it. The last one
 the ones CI runs, and that a deprecation reported about our calls fails the tests.
 """
 
+import contextlib
+import copy
 import logging
 import re
 import tomllib
@@ -113,17 +115,57 @@ def test_the_old_cache_name_warns_on_every_call_as_llama_does(model_class):
         assert all(warning[1].startswith("`past_key_values` is deprecated") for warning in turner_warnings)
 
 
-def test_a_cache_under_both_names_is_read_as_cache_with_a_warning_or_refused(causal_lm):
-    """5.24, as transformers' models: a FutureWarning and `cache` is the one read. Before 5.24 (where transformers'
-    models take only `past_key_values`): refused, since both name the same argument."""
-    cache, other = DynamicCache(config=causal_lm.config), DynamicCache(config=causal_lm.config)
+def old_name_notice():
+    """What naming a cache `past_key_values` gives: from 5.24 transformers' FutureWarning, before it nothing."""
     if CACHE_NAME == OLD_CACHE_NAME:
-        with pytest.raises(ValueError, match="both `cache` and `past_key_values`"):
-            causal_lm(random_ids(1, 3), cache=cache, past_key_values=other)
-        return
-    with torch.no_grad(), pytest.warns(FutureWarning, match="Both `past_key_values` and `cache` are set"):
+        return contextlib.nullcontext()
+    return pytest.warns(FutureWarning, match="`past_key_values` is deprecated .* Use `cache` instead")
+
+
+def test_an_empty_cache_under_each_name_reads_cache_as_transformers_models_do(causal_lm):
+    cache, other = DynamicCache(config=causal_lm.config), DynamicCache(config=causal_lm.config)
+    with torch.no_grad(), old_name_notice():
         causal_lm(random_ids(1, 3), use_cache=True, cache=cache, past_key_values=other)
     assert (cache.get_seq_length(), other.get_seq_length()) == (3, 0)
+
+
+def test_an_empty_cache_beside_a_filled_past_key_values_reads_its_tokens(causal_lm):
+    """PEFT's prefix tuning under generate() from 5.24: the prefix as `past_key_values`, generate()'s empty cache as
+    `cache`. The prefix is written into `cache` first: the same logits as the prefix alone, none dropped."""
+    ids = random_ids(2, 7)
+    with torch.no_grad():
+        prefix = output_cache(causal_lm(ids[:, :4], use_cache=True))
+        expected = causal_lm(ids[:, 4:], past_key_values=copy.deepcopy(prefix)).logits
+        cache = DynamicCache(config=causal_lm.config)
+        with old_name_notice():
+            outputs = causal_lm(ids[:, 4:], use_cache=True, cache=cache, past_key_values=prefix)
+    torch.testing.assert_close(outputs.logits, expected)
+    assert output_cache(outputs) is cache and (cache.get_seq_length(), prefix.get_seq_length()) == (7, 4)
+
+
+def test_a_cache_starting_with_the_tokens_of_past_key_values_is_read_once(causal_lm):
+    """PEFT's later steps from 5.24: generate()'s cache, which begins with the prefix, and a new copy of the prefix."""
+    ids = random_ids(2, 8)
+    with torch.no_grad():
+        prefix = output_cache(causal_lm(ids[:, :4], use_cache=True))
+        cache = output_cache(causal_lm(ids[:, 4:7], use_cache=True, cache=copy.deepcopy(prefix)))
+        expected = causal_lm(ids[:, 7:], cache=copy.deepcopy(cache)).logits
+        with old_name_notice():
+            outputs = causal_lm(ids[:, 7:], use_cache=True, cache=cache, past_key_values=prefix)
+    torch.testing.assert_close(outputs.logits, expected)
+    assert (cache.get_seq_length(), prefix.get_seq_length()) == (8, 4)
+
+
+def test_two_caches_holding_different_tokens_are_refused_by_name(causal_lm):
+    """transformers' models read `cache` and drop `past_key_values` (5.24): one context silently lost. Refused."""
+    ids = random_ids(1, 6)
+    with torch.no_grad():
+        cache = output_cache(causal_lm(ids[:, :3], use_cache=True))
+        other = output_cache(causal_lm(ids[:, 3:5], use_cache=True))
+        refusal = r"two different caches, `cache` \(3 tokens\) and `past_key_values` \(2 tokens\)"
+        with old_name_notice(), pytest.raises(ValueError, match=refusal):
+            causal_lm(ids[:, 5:], cache=cache, past_key_values=other)
+    assert (cache.get_seq_length(), other.get_seq_length()) == (3, 2)
 
 
 def test_outputs_carry_the_cache_under_this_releases_name_only(causal_lm):

@@ -3,8 +3,9 @@
 transformers 5.24 renamed the cache a model takes and returns from `past_key_values` to `cache` (in forwards, outputs,
 mask builders and `GradientCheckpointingLayer`), and moved the update of continuous batching's paged cache out of the
 attention functions into the model (`cache.update(key, value, layer_idx, kwargs=kwargs)`). Turner follows the newest
-convention: its forwards take `cache`, accept `past_key_values` from callers that still use it, and refuse any
-keyword they would not read, so the next rename fails loudly instead of decoding without context. `modeling_turner.py`
+convention: its forwards take `cache`, accept `past_key_values` from callers that still use it (with `cache` beside
+it, as PEFT's prefix tuning passes them under 5.24's generate(): `one_cache`), and refuse any keyword they would not
+read, so the next rename fails loudly instead of decoding without context. `modeling_turner.py`
 imports this module; `save_pretrained` copies it beside it, so a folder saved under one release runs under the other.
 """
 
@@ -69,12 +70,12 @@ def update_cache(
 
 
 def takes_cache(forward: Callable) -> Callable:
-    """Decorate a Turner forward that takes `cache`: `past_key_values=` is read as `cache`, and a cache, mask or
-    position passed under a name that the forward does not take raises a `ValueError` naming it: nothing would read it,
-    and decoding without a cache (or attending without a mask) is silently wrong.
+    """Decorate a Turner forward that takes `cache`: `past_key_values=` is read as `cache` (both given: `one_cache`),
+    and a cache, mask or position passed under a name that the forward does not take raises a `ValueError` naming it:
+    nothing would read it, and decoding without a cache (or attending without a mask) is silently wrong.
 
     Where this release already says `cache`, the old name goes through transformers' own `deprecate_kwarg`, outermost,
-    exactly as in its models (GPT-2, Llama): the same FutureWarning, attributed to the caller, on every call. Before,
+    as in its models (GPT-2, Llama): the same FutureWarning, attributed to the caller, on every call. Before,
     `past_key_values` is the current name (generate() passes it) and is read silently."""
     signature = inspect.signature(forward)
     reads = frozenset(signature.parameters) | TAKEN_FROM_KWARGS
@@ -82,14 +83,17 @@ def takes_cache(forward: Callable) -> Callable:
     @functools.wraps(forward)
     def forward_taking_cache(self, *args, **kwargs):
         if OLD_CACHE_NAME in kwargs:
-            _read_current_name(type(self).__name__, kwargs)
+            kwargs["cache"] = one_cache(type(self).__name__, kwargs.get("cache"), kwargs.pop(OLD_CACHE_NAME))
         for name in kwargs:  # a loop, not a set difference: torch 2.11's dynamo cannot trace `kwargs.keys() - reads`
             if name not in reads:
                 _refuse_if_unread(type(self).__name__, name, kwargs[name])
         return forward(self, *args, **kwargs)
 
     if CACHE_NAME != OLD_CACHE_NAME:
-        forward_taking_cache = deprecate_kwarg(OLD_CACHE_NAME, version="5.40.0", new_name="cache")(forward_taking_cache)
+        # The notice only (no `new_name`: given both names, transformers would drop `past_key_values` unread, PEFT's
+        # prefix with it); `one_cache` reads them. Its words are those of transformers' models.
+        notice = deprecate_kwarg(OLD_CACHE_NAME, version="5.40.0", additional_message="Use `cache` instead.")
+        forward_taking_cache = notice(forward_taking_cache)
     # The forward's own signature, worked out once and kept on the innermost function (after wrapping, so that no
     # wrapper copies it): generate() reads it at every step (is `cache_position` still taken?), and inspect, unwrapping
     # down to it, stops there instead of rebuilding it. No wrapper may carry it: torch's full-graph capture binds
@@ -98,13 +102,59 @@ def takes_cache(forward: Callable) -> Callable:
     return forward_taking_cache
 
 
-def _read_current_name(model_name: str, kwargs: dict) -> None:
-    """Before transformers 5.24: `past_key_values` is this release's name for `cache`."""
-    if kwargs.get("cache") is not None:
-        raise ValueError(
-            f"{model_name}.forward got both `cache` and `past_key_values`: they name the same argument; pass one."
-        )
-    kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
+def one_cache(model_name: str, cache: object | None, old: object | None) -> object | None:
+    """The cache a forward reads when a caller names one `cache` and one `past_key_values`; never one dropped unread.
+
+    This stands in for PEFT reading and writing the cache under transformers 5.24's name: PEFT's prefix tuning (0.20,
+    0.21) hands its prefix over as a `Cache` already holding the virtual tokens, under `past_key_values`, while 5.24's
+    generate() passes its own cache as `cache`, empty at the first step; at later steps PEFT, not seeing that cache,
+    hands over a new copy of the prefix beside it. transformers' `deprecate_kwarg` would read `cache` and drop the
+    prefix (GPT-2 decodes as if it had none). Here:
+    - one of them missing, or the same object twice: that one;
+    - `cache` empty: the tokens of `past_key_values` are written into it first (generate() keeps its own cache);
+    - `cache` already starting with the tokens of `past_key_values` (PEFT's copy of a prefix it holds): `cache`, read
+      once to compare (a host sync, only on this path);
+    - otherwise two different contexts: a `ValueError`, since reading either would silently lose the other."""
+    if cache is None or old is None or cache is old:
+        return old if cache is None else cache
+    if isinstance(cache, Cache) and isinstance(old, Cache):
+        if cache.get_seq_length() == 0:
+            for layer_idx, layer in enumerate(old.layers):
+                if layer.get_seq_length():
+                    cache.update(*_held(layer, layer.get_seq_length()), layer_idx)
+            return cache
+        if _starts_with(cache, old):
+            return cache
+    raise ValueError(
+        f"{model_name}.forward got two different caches, `cache` ({_held_tokens(cache)}) and `past_key_values` "
+        f"({_held_tokens(old)}): they name the same argument, and reading one would drop the other's context. Pass "
+        "one (an empty `cache` beside a filled `past_key_values`, as PEFT's prefix tuning passes them, is read as one)."
+    )
+
+
+def _held(layer: object, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `length` keys and values a cache layer holds (a static layer's tensors are its whole buffer)."""
+    return layer.keys[..., :length, :], layer.values[..., :length, :]
+
+
+def _starts_with(cache: Cache, prefix: Cache) -> bool:
+    """Whether every layer of `cache` begins with exactly the keys and values of the same layer of `prefix`."""
+    if len(prefix.layers) > len(cache.layers):
+        return False
+    for layer, start in zip(cache.layers, prefix.layers, strict=False):
+        length = start.get_seq_length()
+        if layer.get_seq_length() < length:
+            return False
+        if length and not all(
+            held.shape == expected.shape and torch.equal(held, expected.to(held.device))
+            for held, expected in zip(_held(layer, length), _held(start, length), strict=True)
+        ):
+            return False
+    return True
+
+
+def _held_tokens(cache: object) -> str:
+    return f"{cache.get_seq_length()} tokens" if isinstance(cache, Cache) else type(cache).__name__
 
 
 def _refuse_if_unread(model_name: str, name: str, value: object) -> None:
