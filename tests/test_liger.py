@@ -104,6 +104,14 @@ def test_a_model_not_patched_is_unchanged_and_the_patched_ones_keys_are_too(tmp_
         torch.testing.assert_close(reloaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
 
 
+def test_asking_for_the_loss_alone_without_labels_is_refused_by_name():
+    liger()
+    model = TurnerForCausalLM(text_config())
+    apply_liger_kernel_to_turner(model=model, layer_norm=False)
+    with pytest.raises(ValueError, match="`skip_logits`=True needs `labels`"):
+        model(input_ids=random_ids(2, 8), skip_logits=True)
+
+
 def test_patching_without_a_model_is_refused_by_name():
     liger()
     with pytest.raises(ValueError, match="`model`=None"):
