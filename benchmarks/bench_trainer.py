@@ -18,6 +18,7 @@ Trainer gets `torch_compile=True`; compilation happens in the warm-up. Each figu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,9 +34,9 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from benchmarks import benchutils
+from benchmarks import benchutils, devices
 from benchmarks.bench_train import SHAPES
-from benchmarks.peers import turner_lm
+from benchmarks.peers import parameter_count, turner_lm
 
 LEARNING_RATE = 1e-4
 # the Trainer's run without logging, checkpoints, trackers, progress bars or pinned memory (a CPU has none)
@@ -124,6 +125,81 @@ def bench(shape_name: str, mode: str, steps: int, repeats: int, warmup: int, see
             "trainer_over_loop": benchutils.paired_ratios(times["trainer"], times["loop"]),
         },
     } | record
+
+
+# The GPU column's Trainer rows (benchmarks/gpu_column.py): one switch off and on, Turner through `Trainer.train()`,
+# where nothing synchronises besides the Trainer itself: TrainingArguments for Liger, the config for the value checks
+SWITCHES: dict[str, tuple[str, str]] = {
+    "liger": ("arguments", "use_liger_kernel"),
+    "checks": ("config", "check_input_values"),
+}
+
+
+def switch_not_run(switch: str, device: torch.device) -> str | None:
+    """Why the `switch` row cannot run here (None: it can)."""
+    if switch != "liger":
+        return None
+    if importlib.util.find_spec("liger_kernel") is None:
+        return "liger-kernel is not installed (pip install liger-kernel)"
+    if device.type != "cuda":
+        return "Liger's Triton kernels need a CUDA device (triton's CPU interpreter runs its loss, not its norms)"
+    return None
+
+
+def bench_switch(
+    shape_name: str, switch: str, batch: int, steps: int, repeats: int, warmup: int, seed: int, device: torch.device,
+    compiled: bool = False, peak_flops: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`steps` Trainer steps with `switch` off and on, in rotation (bf16 on CUDA): each one's time per step from
+    `on_train_begin` to `on_train_end` (the Trainer's loop, its setup left out), MFU and peak memory (CUDA)."""
+    shape = SHAPES[shape_name][0]
+    where, name = SWITCHES[switch]
+    record = {"shape": shape_name, "dims": shape.describe(), "batch": batch, "mode": switch, "steps": steps}
+    record |= {"compiled": compiled, "device": str(device), "switch": name}
+    if reason := switch_not_run(switch, device):
+        return record | {"not_run": reason}
+    torch.manual_seed(seed)
+    ids = torch.randint(0, shape.vocab, (steps * batch, shape.context))
+    dataset = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()}).with_format("torch")
+    timers, fns, parameters = {}, {}, 0
+    with tempfile.TemporaryDirectory() as output_dir:
+        for value in (False, True):
+            model = turner_lm(shape)
+            if where == "config":
+                model.config.check_input_values = value
+            parameters = parameter_count(model)
+            arguments = {name: value} if where == "arguments" else {}
+            args = TrainingArguments(
+                output_dir=f"{output_dir}/{value}", max_steps=steps, per_device_train_batch_size=batch,
+                learning_rate=LEARNING_RATE, torch_compile=compiled, use_cpu=device.type == "cpu",
+                bf16=device.type == "cuda", **arguments, **QUIET,
+            )  # fmt: skip
+            timers[value] = LoopTimer()
+            trainer = Trainer(model, args, train_dataset=dataset, data_collator=default_data_collator)
+            trainer.add_callback(timers[value])
+            fns["on" if value else "off"] = trainer.train
+        peaks = {key: devices.peak_above(fn, device) for key, fn in fns.items()}  # the first runs (compile) too
+        _, timing = benchutils.timed(fns, repeats, max(warmup - 1, 0))
+    loop = {("on" if value else "off"): timer.seconds[-repeats:] for value, timer in timers.items()}
+    per_step = {key: benchutils.summarize([s / steps for s in seconds]) for key, seconds in loop.items()}
+    tokens = {key: batch * shape.context / s["median_s"] for key, s in per_step.items()}
+    flops = devices.training_flops_per_token(parameters, shape)
+    return (
+        record
+        | {
+            "step_times": per_step,
+            "steps_per_second": {key: 1 / s["median_s"] for key, s in per_step.items()},
+            "on_over_off": benchutils.paired_ratios(loop["on"], loop["off"]),
+            "tokens_per_second": tokens,
+            "flops_per_token": flops,
+            "mfu": {key: devices.mfu(rate, flops, peak_flops) for key, rate in tokens.items()} if peak_flops else None,
+            # the model's fp32 weights, and the most a run allocates on top (gradients, AdamW's moments, activations)
+            "peak_memory_bytes": None
+            if device.type != "cuda"
+            else {key: 4 * parameters + b for key, b in peaks.items()},
+        }
+        | timing
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -13,6 +13,10 @@ Sections (each row is one call of `bench_train.bench_shape` or `bench_generate.b
   and 64; the minimal GPT runs its own loop.
 * `decode-static`: the same with `cache_implementation="static"` and the decoding step compiled with
   `CompileConfig(mode="reduce-overhead")` (CUDA graphs), Turner against GPT-2.
+* `trainer`: Turner through `Trainer.train()` (bf16=True, GPT-2's shape, batch 16 x 1024, `--trainer-steps` steps a
+  run, nothing synchronising but the Trainer itself) with one switch off and on, side by side: `use_liger_kernel`
+  (eager and `torch_compile=True`; needs liger-kernel, and a row that cannot run says why) and the config's
+  `check_input_values`: time per step, steps per second, MFU and peak memory (`bench_trainer.bench_switch`).
 * `continuous-batching`: `generate_batch` of 64 such requests (transformers' continuous batching, a paged cache with
   room for all of them), Turner against GPT-2: wall time of the call and the engine's own time.
 
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import bench_generate, bench_train, benchutils, devices
+from benchmarks import bench_generate, bench_train, bench_trainer, benchutils, devices
 from benchmarks.bench_train import SHAPES
 from benchmarks.peers import LMShape
 
@@ -46,7 +50,9 @@ class Row:
 
     section: str
     label: str
-    kind: str  # "train" (bench_train.bench_shape) or "generate" (bench_generate.bench)
+    kind: (
+        str  # "train" (bench_train.bench_shape), "trainer" (bench_trainer.bench_switch) or "generate" (bench_generate)
+    )
     mode: str
     shape: str | LMShape  # a bench_train shape name, or the decoding model
     batch: int
@@ -71,8 +77,12 @@ H100_SECONDS: dict[str, tuple[float, float]] = {
     "decode-static 1": (23.5, 0.20),
     "decode-static 64": (27.6, 0.22),
     "continuous-batching 64": (20.0, 9.1),
+    # not measured yet, guessed from the train rows: setup and the first steps; a run of 20 steps
+    "trainer liger eager": (30.0, 1.2),
+    "trainer liger compiled": (90.0, 1.0),
+    "trainer checks eager": (30.0, 1.2),
 }
-SECTIONS = ["train", "train-compiled", "decode", "decode-static", "continuous-batching"]
+SECTIONS = ["train", "train-compiled", "trainer", "decode", "decode-static", "continuous-batching"]
 STARTUP_SECONDS = 20.0  # imports, CUDA's start, the matrix-product probe, building models on the GPU
 
 
@@ -85,6 +95,11 @@ def column(tiny: bool) -> list[Row]:
             label = f"training step, {mode}, {name} batch {batch} x {SHAPES[name][0].context}"
             first, call = H100_SECONDS[f"{section} {h100}"]
             rows.append(Row(section, label, "train", mode, name, batch, 3, first, call))
+    name, batch = train_shapes[0]
+    for switch, mode in (("liger", "eager"), ("liger", "compiled"), ("checks", "eager")):
+        label = f"Trainer, {bench_trainer.SWITCHES[switch][1]} off / on, {mode}, {name} batch {batch}"
+        first, call = H100_SECONDS[f"trainer {switch} {mode}"]
+        rows.append(Row("trainer", label, "trainer", mode, name, batch, 2, first, call, {"switch": switch}))
     model = TINY_LM if tiny else GPT2_SMALL
     prompt, new = (4, 3) if tiny else (128, 128)
     batches = (1, 2) if tiny else (1, 64)
@@ -108,6 +123,7 @@ def estimate(row: Row, args: argparse.Namespace) -> float:
     """Seconds `row` takes on one H100 with these repetitions: first calls, then the rest of each contender's calls."""
     repeats, warmup = (args.train_repeats, args.train_warmup) if row.kind == "train" else (args.repeats, args.warmup)
     repeats = args.cb_repeats if row.mode == "continuous" else repeats
+    repeats = args.trainer_repeats if row.kind == "trainer" else repeats
     return row.h100_first + row.contenders * (max(warmup - 1, 1) + repeats) * row.h100_call
 
 
@@ -127,6 +143,11 @@ def run_row(row: Row, args: argparse.Namespace, peak: float | None) -> dict[str,
                 fp32_turner=False,
                 peak_flops=peak,
             )
+        if row.kind == "trainer":
+            return bench_trainer.bench_switch(
+                row.shape, row.options["switch"], row.batch, args.trainer_steps, args.trainer_repeats, 1, args.seed,
+                args.device, compiled=row.mode == "compiled", peak_flops=peak,
+            )  # fmt: skip
         repeats = args.cb_repeats if row.mode == "continuous" else args.repeats
         return bench_generate.bench(
             row.shape,
@@ -156,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-repeats", type=int, default=20, help="timed training steps per contender")
     parser.add_argument("--train-warmup", type=int, default=3, help="untimed training steps per contender")
     parser.add_argument("--cb-repeats", type=int, default=3, help="timed generate_batch calls per contender")
+    parser.add_argument("--trainer-steps", type=int, default=20, help="steps of each timed Trainer run")
+    parser.add_argument("--trainer-repeats", type=int, default=3, help="timed Trainer runs per switch value")
     devices.add_device_arguments(parser, default="cuda")
     benchutils.add_run_arguments(parser, repeats=10, warmup=2)
     return parser.parse_args(argv)
@@ -224,14 +247,30 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     rows = []
     for section_rows in results.values():
         for r in section_rows:
-            if "error" in r:
-                rows.append([r["label"], "failed", *[""] * (len(header) - 2)])
+            if "error" in r or "not_run" in r:
+                outcome = "failed" if "error" in r else f"not run: {r['not_run']}"
+                rows.append([r["label"], outcome, *[""] * (len(header) - 2)])
+                continue
+            if "on_over_off" in r:
+                rows.append(switch_cells(r, len(header)))
                 continue
             rows.append(cells(r["label"], r, "times", "tokens_per_second", "turner_speedup"))
             if "engine_times" in r:
                 label = r["label"] + ", engine time"
                 rows.append(cells(label, r, "engine_times", "engine_tokens_per_second", "engine_turner_speedup"))
     return benchutils.markdown_table(header, rows)
+
+
+def switch_cells(r: dict[str, Any], width: int) -> list[Any]:
+    """A Trainer row (`bench_trainer.bench_switch`): Turner off / on in the Turner column, on over off beside it."""
+    steps = " / ".join(f"{benchutils.fmt_ms(r['step_times'][k]['median_s'])}" for k in ("off", "on"))
+    rates = " / ".join(f"{r['steps_per_second'][k]:.2f}" for k in ("off", "on"))
+    mfu = " / ".join(f"{r['mfu'][k]:.1%}" for k in ("off", "on")) if r.get("mfu") else "n/a"
+    memory = r.get("peak_memory_bytes")
+    memory_text = " / ".join(f"{memory[k] / 2**30:.2f}" for k in ("off", "on")) + " GiB" if memory else "n/a"
+    ratio = f"time on / off {benchutils.fmt_spread(r['on_over_off'])}"
+    cells = [r["label"], f"{steps} a step ({rates} steps/s)", "", "", ratio, "", mfu, memory_text]
+    return cells + [r["step_times"]["on"]["n"], benchutils.fmt_load(r)][: width - len(cells)]
 
 
 def cells(label: str, r: dict[str, Any], times: str, tokens: str, speedup: str) -> list[Any]:

@@ -6,6 +6,7 @@ Timings are never asserted: they are what the scripts measure, not behaviour.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -224,9 +225,36 @@ def test_trainer_against_a_plain_loop(tmp_path: Path, monkeypatch: pytest.Monkey
     assert set(result["ratios"]) == {"recipe_over_loop", "trainer_over_recipe", "trainer_over_loop"}
 
 
-GPU_COLUMN_ROWS = {"train": 2, "train-compiled": 2, "decode": 2, "decode-static": 2, "continuous-batching": 1}
+GPU_COLUMN_ROWS = {"train": 2, "train-compiled": 2, "trainer": 3, "decode": 2, "decode-static": 2}
+GPU_COLUMN_ROWS |= {"continuous-batching": 1}
 GPU_COLUMN_FAST = ["--train-repeats", "1", "--train-warmup", "1", "--cb-repeats", "1", "--repeats", "1"]
-GPU_COLUMN_FAST += ["--warmup", "1"]
+GPU_COLUMN_FAST += ["--warmup", "1", "--trainer-steps", "2", "--trainer-repeats", "1"]
+
+
+def check_trainer_rows(rows: list[dict[str, Any]], device: str, peak: float | None) -> None:
+    """The Trainer rows: Liger off / on (eager, compiled) and the value checks off / on, each run side by side, or,
+    where it cannot run (Liger without CUDA or without liger-kernel), reported as not run with the reason."""
+    from benchmarks import devices
+
+    assert [(row["mode"], row["compiled"]) for row in rows] == [("liger", False), ("liger", True), ("checks", False)]
+    assert [row["switch"] for row in rows] == ["use_liger_kernel"] * 2 + ["check_input_values"]
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        liger_here = importlib.util.find_spec("liger_kernel") is not None and device == "cuda"
+        if row["mode"] == "liger" and not liger_here:
+            assert "CUDA" in row["not_run"] or "not installed" in row["not_run"], row
+            continue
+        assert "not_run" not in row, row["not_run"]
+        assert set(row["step_times"]) == set(row["steps_per_second"]) == {"off", "on"}
+        assert all(times["n"] == 1 for times in row["step_times"].values())
+        sizes = dict(part.split("=") for part in row["dims"].split())
+        for key, times in row["step_times"].items():
+            assert row["steps_per_second"][key] == pytest.approx(1 / times["median_s"])
+            tokens = row["batch"] * int(sizes["N"]) / times["median_s"]
+            assert row["tokens_per_second"][key] == pytest.approx(tokens)
+            assert row["mfu"][key] == pytest.approx(devices.mfu(tokens, row["flops_per_token"], peak))
+        assert row["on_over_off"]["median"] > 0
+        assert (row["peak_memory_bytes"] is None) == (device == "cpu")
 
 
 def check_gpu_column(payload: dict[str, Any], device: str) -> None:
@@ -264,6 +292,7 @@ def check_gpu_column(payload: dict[str, Any], device: str) -> None:
                 assert row["peak_memory_bytes"] is None
             else:  # fp32 weights, their gradients and AdamW's two moments, at least
                 assert row["peak_memory_bytes"][name] >= 16 * n
+    check_trainer_rows(sections["trainer"], device, peak)
     assert [row["mode"] for row in sections["train"]] == ["eager"] * 2
     assert [row["mode"] for row in sections["train-compiled"]] == ["compiled"] * 2
     decoding = {"decode": "dynamic", "decode-static": "static-compile", "continuous-batching": "continuous"}

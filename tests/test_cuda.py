@@ -213,3 +213,70 @@ def test_the_gpu_column_command_runs_every_section_on_cuda(tmp_path, monkeypatch
 
     payload = run_script("gpu_column.py", ["--device", "cuda", "--tiny", *GPU_COLUMN_FAST], tmp_path, monkeypatch)
     check_gpu_column(payload, "cuda")
+
+
+# ---- Liger's kernels (`TrainingArguments(use_liger_kernel=True)`, turner_tfm/liger_turner.py) ------------------------
+
+
+def liger_pair(normalization: str) -> tuple[TurnerForCausalLM, TurnerForCausalLM]:
+    """Two copies of one model on the GPU, the second patched with every Liger kernel Turner takes."""
+    pytest.importorskip("liger_kernel", reason="the liger extra: pip install liger-kernel")
+    from transformers.integrations.liger import apply_liger_kernel
+
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)  # the same weights, initialised as a user's model is (not causal_lm's wide ones)
+        models.append(TurnerForCausalLM(text_config(normalization=normalization)).train().to(CUDA))
+    plain, patched = models
+    apply_liger_kernel(patched, None)
+    return plain, patched
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("normalization", ["layernorm", "rmsnorm"])
+def test_liger_loss_and_gradients_on_cuda_equal_the_unpatched_models(normalization, precision):
+    plain, patched = liger_pair(normalization)
+    ids = random_ids(4, 32).to(CUDA)
+    labels = ids.clone()
+    labels[0, :8] = -100
+    losses = []
+    for model in (plain, patched):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            outputs = model(input_ids=ids, labels=labels)
+        outputs.loss.backward()
+        losses.append(outputs.loss.detach())
+        assert (outputs.logits is None) == (model is patched), "the fused loss built the logits"
+    tolerance = 1e-4 if precision == "fp32" else 2e-2  # relative: bf16 keeps 8 bits of mantissa
+    torch.testing.assert_close(losses[1], losses[0], rtol=tolerance, atol=0)
+    for (name, expected), got in zip(plain.named_parameters(), patched.parameters(), strict=True):
+        error = (got.grad - expected.grad).norm() / expected.grad.norm().clamp_min(1e-12)
+        assert error <= tolerance, f"{name}: gradient off by {error:.2e} (relative)"
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_trainer_with_liger_on_cuda_trains_as_without_it_and_generates_the_same_tokens(tmp_path, compiled):
+    pytest.importorskip("liger_kernel", reason="the liger extra: pip install liger-kernel")
+    from transformers import Trainer, TrainingArguments
+
+    ids = random_ids(8, 32)
+    rows = [{"input_ids": row, "labels": row} for row in ids]
+
+    def train(liger: bool) -> tuple[TurnerForCausalLM, list[float]]:
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(liger)), bf16=True, use_liger_kernel=liger, torch_compile=compiled,
+            per_device_train_batch_size=4, max_steps=4, logging_steps=1, learning_rate=0.1, optim="sgd",
+            report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        )  # fmt: skip
+        trainer = Trainer(model=causal_lm().train(), args=args, train_dataset=rows)
+        trainer.train()
+        return trainer.model, [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    (plain, plain_losses), (patched, patched_losses) = train(False), train(True)
+    assert "_logits_and_loss" in vars(patched), "the Trainer did not patch the model"
+    torch.testing.assert_close(patched_losses, plain_losses, rtol=2e-2, atol=2e-2)
+    prompt = random_ids(2, 6).to(CUDA)
+    tokens = {}
+    for name, model in (("plain", plain), ("patched", patched)):
+        model.load_state_dict(plain.state_dict())  # the same weights: generate() must give the same tokens
+        tokens[name] = model.eval().generate(prompt, max_new_tokens=8, do_sample=False)
+    assert torch.equal(tokens["patched"], tokens["plain"])

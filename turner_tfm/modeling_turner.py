@@ -43,6 +43,7 @@ from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache,
 from .configuration_turner import TurnerConfig
 from .generation_turner import TurnerGenerationMixin, forward_cache, generated_step
 from .hub_turner import TurnerHubMixin
+from .liger_turner import register_when_liger_loads
 from .masks_turner import mask_for_blocks
 from .parallel_turner import TurnerParallelMixin
 from .pooling_turner import TurnerPooler, packed_sequence_index, pool_sequences, pooling_mask
@@ -552,13 +553,7 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             checked_by_caller=True,
             **kwargs,
         )
-        hidden_states = outputs.last_hidden_state
-        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, kept, :])
-
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        logits, loss = self._logits_and_loss(outputs.last_hidden_state, labels, logits_to_keep, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -566,6 +561,16 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
             attentions=outputs.attentions,
             **named_cache(output_cache(outputs)),
         )
+
+    def _logits_and_loss(
+        self, hidden_states: torch.Tensor, labels: torch.LongTensor | None, logits_to_keep: int | torch.Tensor, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The head on the kept positions and, given labels, the loss (Liger's fused version: `liger_turner`)."""
+        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, kept, :])
+        if labels is None:
+            return logits, None
+        return logits, self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
 
 
 class _TurnerClassifierMixin:
@@ -689,6 +694,8 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
             attentions=outputs.attentions,
         )
 
+
+register_when_liger_loads()  # `use_liger_kernel=True` finds Turner in Liger's table (liger_turner)
 
 __all__ = [
     "TurnerForCausalLM",
