@@ -15,6 +15,11 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per process, as CI runs the tests (.ci/run), whoever starts them: `pytest -n auto` runs one worker
+# per core, and the tests' models are tiny, so more threads only wait on each other. Set before torch is imported
+# here, so the subprocesses the tests start (examples, servers, launchers) inherit it too.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # inductor compiles in the process, not in a pool of its own
 
 import pytest
 import torch
@@ -22,6 +27,8 @@ import torch
 import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
 
 from .wheel_utils import InstalledWheel, build_and_install
+
+torch.set_num_threads(1)  # in case a plugin imported torch before this file set the variable
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 # Our code: the package (installed or from a saved folder's remote code), and the repository's converter and examples.

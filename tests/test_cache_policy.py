@@ -73,6 +73,6 @@ def test_cache_position_is_accepted_when_it_agrees_and_refused_when_not():
         rest = model(ids[:, 4:], cache_position=torch.arange(4, 7), **named_cache(cache)).logits
         torch.testing.assert_close(rest, model(ids).logits[:, 4:], atol=1e-5, rtol=1e-5)
         with pytest.raises(
-            ValueError, match=r"`cache_position` \[0, 1, 2\] is invalid: the cache slots of this step, 7"
+            ValueError, match=r"`cache_position` is \[0, 1, 2\]; it must be the cache slots of this step, 7"
         ):
             model(ids[:, :3], cache_position=torch.arange(3), **named_cache(cache))

@@ -110,7 +110,7 @@ def test_token_ids_passed_with_a_cache_are_still_checked(causal_lm):
         cache = output_cache(causal_lm(random_ids(1, 4), use_cache=True))
         with pytest.raises(
             ValueError,
-            match=r"`input_ids` contains 99 \(row 0, position 0\) is invalid: token ids must be in \[0, 99\)",
+            match=r"^`input_ids` has 99 at row 0, position 0; token ids must be in \[0, 99\) \(vocab_size\)\.$",
         ):
             causal_lm(torch.tensor([[99]]), cache=cache)
 
@@ -120,7 +120,7 @@ def test_value_checks_never_read_a_meta_tensor():
     config = text_config()
     on_meta = torch.full((1, 3), 99, device="meta")
     check_text_call(config, on_meta, None, token_labels=on_meta)
-    with pytest.raises(ValueError, match="`input_ids` contains 99"):
+    with pytest.raises(ValueError, match="`input_ids` has 99 at row 0"):
         check_text_call(config, torch.full((1, 3), 99), None)  # the same ids on the CPU
 
 

@@ -509,6 +509,58 @@ def test_a_client_that_disconnects_mid_stream_leaves_the_server_serving(server, 
     check_answers_correctly(server, reference, prompt="Stream")
 
 
+# ---- rotary positions: no table to run off ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rotary_folder(tmp_path_factory) -> Path:
+    """The `chat` folder's shape with rotary positions (the quickstart's), 64 of them."""
+    folder = tmp_path_factory.mktemp("rotary") / "rotary"
+    torch.manual_seed(0)
+    config = text_config(
+        vocab_size=len(SPECIALS) + len(CHARACTERS), max_position_embeddings=POSITIONS, position_embedding_type="rotary"
+    )
+    config.initializer_range = 0.5
+    TurnerForCausalLM(config).save_pretrained(folder)
+    char_tokenizer(None).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("served", list(SERVERS))
+def test_a_rotary_model_answers_a_prompt_past_its_positions_as_generate_does(rotary_folder, served, tmp_path):
+    """Rotary positions are computed for any position, so generate() continues a prompt longer than
+    max_position_embeddings when max_new_tokens asks, and refuses to pick its default length past it; the server
+    answers the same requests the same way (`max_tokens`), with generate()'s greedy tokens."""
+    model = AutoModelForCausalLM.from_pretrained(rotary_folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(rotary_folder)
+    long_prompt, short_prompt = "The quick brown fox. " * 4, "x" * 40
+    long_ids, short_ids = (tokenizer(text, return_tensors="pt")["input_ids"] for text in (long_prompt, short_prompt))
+    assert long_ids.shape[1] == 84 > POSITIONS
+
+    def greedy(ids: torch.Tensor, **length: int) -> tuple[str, int]:
+        with torch.no_grad():
+            new = model.generate(ids, do_sample=False, **length)[0, ids.shape[1] :]
+        return tokenizer.decode(new, skip_special_tokens=True), len(new)
+
+    past_the_positions = greedy(long_ids, max_new_tokens=8)
+    with pytest.raises(ValueError, match=rf"Input length of input_ids is 84, but `max_length` is set to {POSITIONS}"):
+        greedy(long_ids)  # transformers' default length stops at max_position_embeddings
+    up_to_the_positions = greedy(short_ids, max_new_tokens=POSITIONS - 40)
+
+    _, options, _ = SERVERS[served]
+    server = start_server(rotary_folder, options, tmp_path)
+    try:
+        client = server.client()
+        answer = client.completions.create(model=server.model, prompt=long_prompt, max_tokens=8, temperature=0)
+        assert (answer.choices[0].text, answer.usage.completion_tokens) == past_the_positions
+        with pytest.raises(BadRequestError, match=r"the prompt is 84 tokens.*give max_tokens to continue past them"):
+            client.completions.create(model=server.model, prompt=long_prompt, temperature=0)
+        answer = client.completions.create(model=server.model, prompt=short_prompt, temperature=0)
+        assert (answer.choices[0].text, answer.usage.completion_tokens) == up_to_the_positions
+    finally:
+        stop_server(server)
+
+
 # ---- a folder without a chat template ---------------------------------------------------------------------------
 
 

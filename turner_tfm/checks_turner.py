@@ -49,7 +49,7 @@ class RangeCheck(NamedTuple):
     high: int
     allowed: str
     values: torch.Tensor | None = None  # where the error looks for the offending value
-    shown: str | torch.Tensor | None = None  # what the error shows instead of it
+    shown: str | torch.Tensor | None = None  # what the error shows instead of it ("{value}": the offending value)
 
 
 def range_check(
@@ -74,21 +74,19 @@ def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
     for index, check in enumerate(checks):
         smallest, largest = extremes[2 * index : 2 * index + 2]
         if smallest < check.low or largest >= check.high:
-            raise _invalid_input(
-                check.name, _offending(check, smallest if smallest < check.low else largest), check.allowed
-            )
+            found = _offending(check, smallest if smallest < check.low else largest)
+            raise ValueError(f"`{check.name}` {found}; {check.allowed}.")
 
 
 def _offending(check: RangeCheck, value: int) -> str:
-    """The value that left the range and where (an error reads the tensor again: the cost is the error's)."""
+    """What `check.name` holds that left the range, and where, as the middle of a sentence that starts with the name
+    (an error reads the tensor again: the cost is the error's). `check.shown` may say it instead, with `{value}`."""
     if isinstance(check.shown, torch.Tensor):
-        return str(check.shown.tolist())
+        return f"is {check.shown.tolist()}"
     if check.shown is not None:
-        return check.shown
-    if check.values is None:
-        return f"contains {value}"
+        return check.shown.format(value=value)
     row, *rest = (check.values == value).nonzero()[0].tolist()
-    return f"contains {value} (row {row}" + (f", position {rest[-1]})" if rest else ")")
+    return f"has {value} at row {row}" + (f", position {rest[-1]}" if rest else "")
 
 
 def check_text_call(
@@ -117,7 +115,8 @@ def check_text_call(
     checks = []
     if reads and input_ids is not None:
         vocab = config.vocab_size
-        checks.append(range_check("input_ids", input_ids, 0, vocab, f"token ids must be in [0, {vocab})"))
+        allowed = f"token ids must be in [0, {vocab}) (vocab_size)"
+        checks.append(range_check("input_ids", input_ids, 0, vocab, allowed))
     if reads and token_type_ids is not None:
         checks.append(token_type_check(config, token_type_ids))
     checks.append(position_check(config, position_ids, past_length, length, reads))
@@ -166,7 +165,8 @@ def token_type_check(config: TurnerConfig, token_type_ids: torch.Tensor) -> Rang
     """Token types in the table (`type_vocab_size`); a model without one takes all-zero types (one segment)."""
     types = config.type_vocab_size
     if types:
-        return range_check("token_type_ids", token_type_ids, 0, types, f"types must be in [0, {types})")
+        allowed = f"token types must be in [0, {types}) (type_vocab_size)"
+        return range_check("token_type_ids", token_type_ids, 0, types, allowed)
     allowed = "this model has no token type embeddings (type_vocab_size=0): pass none, or zeros"
     return range_check("token_type_ids", token_type_ids, 0, 1, allowed)
 
@@ -207,7 +207,7 @@ def position_check(
     if not reads:
         return None
     end = past_length + length - 1  # the last position the model derives, on the cache's device
-    return RangeCheck("input_ids", (end, end), 0, limit, allowed)
+    return RangeCheck("input_ids", (end, end), 0, limit, allowed, shown="would reach position {value}")
 
 
 def cache_position_check(
@@ -223,7 +223,8 @@ def cache_position_check(
     if not reads:
         return None
     offsets = cache_position - torch.arange(length, device=cache_position.device) - past_length  # all 0 when right
-    return RangeCheck("cache_position", tuple(torch.aminmax(offsets)), 0, 1, expected, shown=cache_position)
+    allowed = f"it must be {expected}"
+    return RangeCheck("cache_position", tuple(torch.aminmax(offsets)), 0, 1, allowed, shown=cache_position)
 
 
 def causal_lm_label_check(
@@ -239,7 +240,8 @@ def causal_lm_label_check(
     if not reads_values(config, labels):
         return None
     vocab = config.vocab_size
-    return range_check("labels", labels, 0, vocab, f"ids must be in [0, {vocab}) or -100 (ignored)", ignore=-100)
+    allowed = f"token ids must be in [0, {vocab}) (vocab_size), or -100 (ignored)"
+    return range_check("labels", labels, 0, vocab, allowed, ignore=-100)
 
 
 def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch_size: int) -> RangeCheck | None:
@@ -263,7 +265,7 @@ def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch
         outside = ((labels < 0) | (labels > 1)).any()  # True: a value outside [0, 1]
         outside = (outside, outside)
         return RangeCheck(
-            "labels", outside, 0, 1, "multi-label targets must be in [0, 1]", shown="contains values outside [0, 1]"
+            "labels", outside, 0, 1, "multi-label targets must be in [0, 1]", shown="has values outside [0, 1]"
         )
     if labels.numel() != batch_size or labels.is_floating_point():
         raise _invalid_input(
@@ -271,7 +273,8 @@ def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch
         )
     if not reads:
         return None
-    return range_check("labels", labels, 0, num_labels, f"class ids must be in [0, {num_labels})", ignore=-100)
+    allowed = f"class ids must be in [0, {num_labels}) (num_labels), or -100 (ignored)"
+    return range_check("labels", labels, 0, num_labels, allowed, ignore=-100)
 
 
 def check_image_inputs(

@@ -15,8 +15,9 @@ module adds the smallest piece for each and leaves the server itself alone:
    and a chat request to a tokenizer without a chat template all end as a 500 (or a stream that carries the model's
    error). `RequestChecks` reads each `/v1/completions` and `/v1/chat/completions` body before the server does and
    answers those with a 400 whose message names the field and the value; a request without `max_tokens` gets the
-   positions left after its prompt instead of the server's 1024. Malformed JSON and non-UTF-8 bodies go on to the
-   server, which answers them (422, 400) itself.
+   positions left after its prompt instead of the server's 1024. The rule is generate()'s: learned positions end
+   with their table (`max_position_embeddings`), rotary and sinusoidal ones continue past it when `max_tokens` asks.
+   Malformed JSON and non-UTF-8 bodies go on to the server, which answers them (422, 400) itself.
 
 3. Leaving it running. `GET /v1/models`, the first call many OpenAI clients and chat UIs make, is a 500 upstream
    (it scans the Hub cache, and would not list a local folder anyway): `RequestChecks` answers it with the served
@@ -155,12 +156,12 @@ class ServedModel:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.max_positions = config.max_position_embeddings
-        learned = getattr(config, "max_positions", self.max_positions) is not None  # older remote code lacks it
-        self.limit = (
-            f"the model's learned positions (max_position_embeddings) allow {self.max_positions}"
-            if learned
-            else f"the model serves at most max_position_embeddings={self.max_positions} positions"
-        )
+        # generate()'s rule (checks_turner.check_generation_length): learned positions end with their table, so a
+        # prompt and its completion must fit in them; rotary and sinusoidal ones (config.max_positions is None) are
+        # computed for any position, so only the default length stops at max_position_embeddings, as transformers'
+        # default max_length does. Remote code older than `max_positions` is taken as learned.
+        self.learned = getattr(config, "max_positions", self.max_positions) is not None
+        self.limit = f"the model's learned positions (max_position_embeddings) allow {self.max_positions}"
 
     def card(self) -> dict:
         """The served model as `GET /v1/models` lists it (OpenAI's model object): its id is the name requests must
@@ -189,19 +190,29 @@ class ServedModel:
         if prompt_tokens is None:
             return raw  # no prompt the model would read: the server names what is wrong
         room = self.max_positions - prompt_tokens
-        if room < 1:
-            raise RequestError(
-                f"the prompt is {prompt_tokens} tokens; {self.limit}, prompt and completion together, so at most "
-                f"{self.max_positions - 1} for the prompt"
-            )
-        if max_tokens is None:  # the server's default (1024 new tokens) would run past the last position
+        if room < 1 and (self.learned or max_tokens is None):
+            raise RequestError(self.too_long(prompt_tokens))
+        if max_tokens is None:  # the server's default (1024 new tokens) would run past max_position_embeddings
             return json.dumps({**body, "max_tokens": room}).encode()
-        if max_tokens > room:
+        if self.learned and max_tokens > room:
             raise RequestError(
                 f"{key}={max_tokens} after a prompt of {prompt_tokens} tokens needs {prompt_tokens + max_tokens} "
                 f"positions; {self.limit}: ask for at most {room}"
             )
         return raw
+
+    def too_long(self, prompt_tokens: int) -> str:
+        """Why a prompt of `prompt_tokens` tokens leaves no room for a completion."""
+        if self.learned:
+            return (
+                f"the prompt is {prompt_tokens} tokens; {self.limit}, prompt and completion together, so at most "
+                f"{self.max_positions - 1} for the prompt"
+            )
+        return (
+            f"the prompt is {prompt_tokens} tokens, and without max_tokens a completion ends at the model's "
+            f"max_position_embeddings={self.max_positions} positions: give max_tokens to continue past them (this "
+            f"model's positions are computed, not learned, so it can; generate() needs max_new_tokens the same way)"
+        )
 
     def prompt_tokens(self, path: str, body: dict) -> int | None:
         """How many tokens the server will feed the model for `body`, or None if it will not read a prompt."""
