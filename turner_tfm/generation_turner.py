@@ -2,6 +2,7 @@
 appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; `save_pretrained` copies it beside it.
 """
 
+import copy
 from contextvars import ContextVar
 
 import torch
@@ -44,7 +45,10 @@ class TurnerDynamicLayer(DynamicLayer):
     """
 
     min_capacity = 256
-    _buffers: "_AppendBuffers | None" = None  # set by the first update; shared by shallow copies
+    # The buffers, set by the first update and shared by shallow copies, live in a slot, outside the instance's
+    # `__dict__`: transformers' exporters flatten a cache layer through vars() (`exporters/exporter_dynamo.py`), and
+    # a rebuilt layer, without them, starts a new buffer at its first update.
+    __slots__ = ("_buffers",)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
@@ -57,7 +61,7 @@ class TurnerDynamicLayer(DynamicLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        buffers = self._buffers
+        buffers = getattr(self, "_buffers", None)
         start = self.get_seq_length()
         end = start + key_states.shape[-2]
         if buffers is None or not buffers.extend(self.keys, self.values, key_states, end):
@@ -67,6 +71,19 @@ class TurnerDynamicLayer(DynamicLayer):
         self.keys = buffers.handed_keys = buffers.keys[..., :end, :]
         self.values = buffers.handed_values = buffers.values[..., :end, :]
         return self.keys, self.values
+
+    def __deepcopy__(self, memo: dict) -> DynamicLayer:
+        """A deep copy is a plain `DynamicLayer` owning compact copies of the keys and values (no buffer): it costs
+        its length, not the buffer's capacity, and continues as GPT-2's cache does. transformers' exporters trace
+        generate() on deep copies of its cache, so an exported program takes and returns GPT-2's caches
+        (`DynamicCache(config=...)`) and loads without turner_tfm."""
+        copied = DynamicLayer.__new__(DynamicLayer)
+        memo[id(self)] = copied
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor) and not value.is_contiguous():  # a view of the buffer's first rows
+                memo[id(value)] = value.contiguous()
+            copied.__dict__[name] = copy.deepcopy(value, memo)
+        return copied
 
     def reset(self) -> None:
         """As `DynamicLayer.reset`; the buffer is let go, since tensors read before the reset may view it."""
