@@ -171,8 +171,7 @@ def test_an_exported_folder_runs_where_turner_tfm_cannot_be_imported(onnx_langua
         sys.modules["turner_tfm"] = None  # any `import turner_tfm` now fails
         import runpy
         import torch
-        from transformers import DynamicCache
-from transformers.exporters import ExportedModel
+        from transformers.exporters import ExportedModel
         generate_exported = runpy.run_path({str(EXAMPLES / "export.py")!r})["generate_exported"]
 
         expected = json.load(open({str(tmp_path / "expected.json")!r}))
