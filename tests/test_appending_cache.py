@@ -107,6 +107,24 @@ def test_a_shallow_copy_of_a_layer_and_its_original_grow_apart():
     assert not torch.equal(original_keys[..., 5:, :], branch_keys[..., 5:, :])
 
 
+def test_a_deep_copy_is_a_compact_dynamic_layer_and_the_original_keeps_appending():
+    """Issue 50: a deep copy owns its rows only (GPT-2's `DynamicLayer`, contiguous, no buffer: transformers'
+    exporters trace deep copies of generate()'s cache), and it and the original each continue with their own rows."""
+    original = TurnerDynamicLayer()
+    original.update(*states(1, 5, 0))
+    copied = copy.deepcopy(original)
+    assert type(copied) is DynamicLayer and copied.keys.is_contiguous() and copied.values.is_contiguous()
+    assert torch.equal(copied.keys, original.keys)
+    assert copied.keys.untyped_storage().nbytes() < original.keys.untyped_storage().nbytes()  # 5 rows, not 256
+    copied_keys, _ = copied.update(*states(1, 2, 1))
+    original_keys, _ = original.update(*states(1, 2, 2))
+    assert buffer_of(original_keys) == buffer_of(original.keys) and not torch.equal(original_keys, copied_keys)
+    expected = DynamicLayer()
+    for step in (states(1, 5, 0), states(1, 2, 1)):
+        expected_keys, _ = expected.update(*step)
+    assert torch.equal(copied_keys, expected_keys)
+
+
 def test_a_cropped_prefix_branches_without_changing_the_first_branch():
     """Issue 35 item 1 as a user meets it: keep a branch's cache tensors, crop back to the prefix, run another
     continuation, then resume the first branch from what was kept: the logits equal a run without the detour."""

@@ -17,6 +17,7 @@ from unittest import mock
 import onnxruntime  # noqa: F401  (the dev extra: a missing or broken install fails here, it never skips)
 import pytest
 import torch
+from transformers import DynamicCache
 from transformers.exporters import ExportedModel
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
@@ -110,6 +111,33 @@ def test_torch_export_prefill_and_decode_give_the_eager_logits_and_generate_toke
     exported = export_and_reload(export_script, model, "torch", {"input_ids": random_ids(1, 6)}, tmp_path)
     assert {p.name for p in tmp_path.glob("*.pt2")} == {"prefill.pt2", "decode.pt2"}
     check_language_model(export_script, model, exported)
+
+
+def test_transformers_dynamo_exporter_exports_for_generation_with_generates_own_cache(export_script):
+    """Issue 50: `DynamoExporter.export_for_generation` as a user calls it (generate()'s own dynamic cache, dynamic
+    shapes), then its prefill and decode programs run as for GPT-2: an empty `DynamicCache`, then each step's cache
+    fed back (under the cache's name in this release). They decode generate()'s greedy tokens, and the programs' inputs
+    name no class of turner_tfm (a saved program loads where it is not installed)."""
+    from transformers.exporters import DynamoConfig, DynamoExporter
+
+    model, sample = language_model(), random_ids(1, 6)
+    exported = DynamoExporter().export_for_generation(
+        model, {"input_ids": sample, "attention_mask": torch.ones_like(sample)}, DynamoConfig(dynamic=True)
+    )
+    prompt = random_ids(1, 9, seed=3)
+    positions = torch.arange(prompt.shape[1] + NEW_TOKENS).unsqueeze(0)
+    cache = export_script.traced_cache_name(exported)
+    outputs = exported.runners["prefill"](
+        input_ids=prompt, position_ids=positions[:, :9], **{cache: DynamicCache(config=model.config)}
+    )
+    tokens = [outputs.logits[:, -1].argmax(-1, keepdim=True)]
+    for position in range(9, 9 + NEW_TOKENS - 1):
+        step = dict(input_ids=tokens[-1], position_ids=positions[:, position : position + 1])
+        outputs = exported.runners["decode"](**step, **{cache: getattr(outputs, cache)})
+        tokens.append(outputs.logits[:, -1].argmax(-1, keepdim=True))
+    assert torch.cat(tokens, dim=1)[0].tolist() == greedy(model, prompt)
+    specs = [str(component.program.call_spec.in_spec) for component in exported.components.values()]
+    assert len(specs) == 2 and not any("turner" in spec.lower() for spec in specs)  # GPT-2's DynamicLayer
 
 
 @pytest.mark.parametrize("export_format", ["onnx", "torch"])

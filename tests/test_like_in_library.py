@@ -537,6 +537,21 @@ def test_issue_44_item_2_generate_feeding_back_a_pad_id_outside_the_vocabulary_i
         anchor.generate(ids, **settings)
     with pytest.raises(ValueError, match=rf"`pad_token_id` {VOCAB - 1} is invalid"):  # names the id
         turner.generate(ids, **settings)
+    turner.config.check_input_values = False  # the switch turns the refusal off: torch's error, as GPT-2's
+    with pytest.raises(IndexError):
+        turner.generate(ids, **settings)
+
+
+@pytest.mark.parametrize("pad_token_id", [-1, VOCAB + 5])
+def test_issue_50_item_1_a_pad_id_no_row_can_feed_back_generates_as_gpt2(pad_token_id):
+    """An eos id outside the vocabulary ends no row, so the pad id is never fed back: Turner generates GPT-2's tokens
+    (transformers' GenerationTesterMixin sets pad and eos to -1 for this)."""
+    anchor, turner = causal_lm()
+    ids = prompts(turner)
+    settings = dict(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=pad_token_id)
+    expected = anchor.generate(ids, **settings)
+    assert expected.shape == (ids.shape[0], ids.shape[1] + 6)  # no row ended
+    assert_same(turner.generate(ids, **settings), expected)
 
 
 def test_issue_44_item_1_python_floats_are_compared_to_the_tolerance():

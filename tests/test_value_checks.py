@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import StoppingCriteria, Trainer, TrainingArguments
 
 import turner_tfm.checks_turner as checks
 import turner_tfm.modeling_turner as modeling
@@ -149,6 +149,56 @@ def test_a_pad_id_outside_the_vocabulary_is_refused_where_generate_would_feed_it
     assert model.generate(random_ids(1, 4, vocab_size=10), **settings).shape[0] == 1  # one row: no row is padded
     with pytest.raises(ValueError, match=r"`pad_token_id` 63 is invalid: generate\(\) feeds it to the model"):
         model.generate(random_ids(2, 4, vocab_size=10), **settings)
+    with pytest.raises(
+        ValueError, match=r"`pad_token_id` 63 is invalid: .*\(the end-of-sequence id 5 can be generated\)"
+    ):
+        model.generate(random_ids(1, 4, vocab_size=10), num_return_sequences=2, **settings | dict(do_sample=True))
+
+
+def test_a_pad_id_that_no_row_can_feed_back_is_not_refused():
+    """Issue 50, item 1: with an end-of-sequence id outside the vocabulary no row ends early, so the pad id is never
+    fed back and may be anything (transformers' GenerationTesterMixin sets both to -1 so that no row stops)."""
+    model, ids = causal_lm(), random_ids(2, 4)
+    expected = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    for pad in (-1, 99, None):  # None: generate() pads with the first eos id, -1 again
+        generated = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=pad)
+        assert torch.equal(generated, expected)
+    assert expected.shape == (2, 10)  # every row ran to max_new_tokens
+    sampled = model.generate(
+        random_ids(1, 4), max_new_tokens=6, do_sample=True, num_return_sequences=3, eos_token_id=-1, pad_token_id=-1
+    )
+    assert sampled.shape == (3, 10)
+
+
+class EndsTheFirstRow(StoppingCriteria):
+    """A caller's criterion that ends row 0 at once and leaves the others running."""
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return torch.arange(input_ids.shape[0]) == 0
+
+
+def test_a_pad_id_that_a_callers_stopping_criterion_would_feed_back_is_refused():
+    """A caller's criterion may end any row: the pad id would be fed back, unchecked (the steps after the prompt are the
+    model's own tokens), so an id outside the vocabulary is refused by name even with an eos id that cannot end one."""
+    model, ids = causal_lm(), random_ids(2, 4)
+    settings = dict(max_new_tokens=4, do_sample=False, eos_token_id=-1, stopping_criteria=[EndsTheFirstRow()])
+    with pytest.raises(ValueError, match=r"`pad_token_id` 99 is invalid: .* \(EndsTheFirstRow may end one\)"):
+        model.generate(ids, pad_token_id=99, **settings)
+    generated = model.generate(ids, pad_token_id=0, **settings)
+    assert generated[0, 5:].tolist() == [0, 0, 0] and 0 not in generated[1, 4:].tolist()  # row 0 padded after 1 step
+
+
+def test_the_switch_turns_the_pad_id_refusal_off():
+    """`check_input_values=False` turns this value check off as every other: a row that ends feeds the pad id to the
+    embedding, which fails in torch as GPT-2 does (tests/test_like_in_library.py has GPT-2's side)."""
+    model = causal_lm(pad_token_id=63, check_input_values=False)
+    model.resize_token_embeddings(10)
+    ids = random_ids(2, 4, vocab_size=10)
+    first = model.generate(ids, max_new_tokens=1, do_sample=False)[:, -1]
+    never_chosen = next(token for token in range(3, 10) if token not in first.tolist())
+    assert model.generate(ids, max_new_tokens=1, do_sample=False, eos_token_id=never_chosen).shape == (2, 5)
+    with pytest.raises(IndexError):
+        model.generate(ids, max_new_tokens=3, do_sample=False, eos_token_id=int(first[0]))
 
 
 def train_on_a_bad_batch(tmp_path: Path, device: str) -> None:

@@ -10,6 +10,7 @@ call's at once: each tensor's extremes are gathered on its device and read back 
 graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py` calls these
 functions; `save_pretrained` copies this file beside it."""
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -329,15 +330,21 @@ def check_generation_length(config: TurnerConfig, prompt_length: int, max_length
     )
 
 
-def check_generated_pad(config: TurnerConfig, pad_token_id: int | None, batch_size: int) -> None:
-    """Greedy and sampled decoding feed `pad_token_id` to the model once a row of the batch has ended: it must be a
-    token of the vocabulary (an id from before `resize_token_embeddings`, say, is not)."""
-    if batch_size > 1 and pad_token_id is not None and not 0 <= pad_token_id < config.vocab_size:
+def check_generated_pad(
+    config: TurnerConfig, pad_token_id: int | None, what_ends_a_row_early: Callable[[], str | None]
+) -> None:
+    """Greedy and sampled decoding feed `pad_token_id` to the model once a row of the batch has ended before the
+    others: then it must be a token of the vocabulary (an id from before `resize_token_embeddings`, say, is not).
+    `what_ends_a_row_early`, asked only for an id outside the vocabulary, says what can end a row early (None: nothing
+    can, and the pad id is never fed). A value check: `config.check_input_values=False` turns it off."""
+    if pad_token_id is None or not config.check_input_values or 0 <= pad_token_id < config.vocab_size:
+        return
+    if (row_end := what_ends_a_row_early()) is not None:
         raise _invalid_input(
             "pad_token_id",
             pad_token_id,
-            f"generate() feeds it to the model after a row of the batch ends, so it must be a token id in "
-            f"[0, {config.vocab_size}) (vocab_size); set generation_config.pad_token_id (or pass pad_token_id=)",
+            f"generate() feeds it to the model after a row of the batch ends ({row_end}), so it must be a token id "
+            f"in [0, {config.vocab_size}) (vocab_size); set generation_config.pad_token_id (or pass pad_token_id=)",
         )
 
 

@@ -87,7 +87,7 @@ class _TurnerFields(PreTrainedConfig):
     patch_size: int = _positive_int(default=16)
     num_channels: int = _positive_int(default=3)
     use_cache: bool = _bool(default=True)
-    check_input_values: bool = _bool(default=True)  # read token ids, labels and positions back once per call
+    check_input_values: bool = _bool(default=True)  # value checks: ids, labels, positions, generate()'s pad id
     tie_word_embeddings: bool | None = _bool(default=None)
     pad_token_id: int | None = _token_id(default=None)
     bos_token_id: int | None = _token_id(default=None)

@@ -2,11 +2,21 @@
 appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; `save_pretrained` copies it beside it.
 """
 
+import copy
 from contextvars import ContextVar
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-from transformers.generation import GenerationConfig, GenerationMixin, GenerationMode
+from transformers.generation import (
+    EosTokenCriteria,
+    GenerationConfig,
+    GenerationMixin,
+    GenerationMode,
+    MaxLengthCriteria,
+    MaxTimeCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+)
 from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
@@ -35,7 +45,10 @@ class TurnerDynamicLayer(DynamicLayer):
     """
 
     min_capacity = 256
-    _buffers: "_AppendBuffers | None" = None  # set by the first update; shared by shallow copies
+    # The buffers, set by the first update and shared by shallow copies, live in a slot, outside the instance's
+    # `__dict__`: transformers' exporters flatten a cache layer through vars() (`exporters/exporter_dynamo.py`), and
+    # a rebuilt layer, without them, starts a new buffer at its first update.
+    __slots__ = ("_buffers",)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
@@ -48,7 +61,7 @@ class TurnerDynamicLayer(DynamicLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        buffers = self._buffers
+        buffers = getattr(self, "_buffers", None)
         start = self.get_seq_length()
         end = start + key_states.shape[-2]
         if buffers is None or not buffers.extend(self.keys, self.values, key_states, end):
@@ -58,6 +71,19 @@ class TurnerDynamicLayer(DynamicLayer):
         self.keys = buffers.handed_keys = buffers.keys[..., :end, :]
         self.values = buffers.handed_values = buffers.values[..., :end, :]
         return self.keys, self.values
+
+    def __deepcopy__(self, memo: dict) -> DynamicLayer:
+        """A deep copy is a plain `DynamicLayer` owning compact copies of the keys and values (no buffer): it costs
+        its length, not the buffer's capacity, and continues as GPT-2's cache does. transformers' exporters trace
+        generate() on deep copies of its cache, so an exported program takes and returns GPT-2's caches
+        (`DynamicCache(config=...)`) and loads without turner_tfm."""
+        copied = DynamicLayer.__new__(DynamicLayer)
+        memo[id(self)] = copied
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor) and not value.is_contiguous():  # a view of the buffer's first rows
+                memo[id(value)] = value.contiguous()
+            copied.__dict__[name] = copy.deepcopy(value, memo)
+        return copied
 
     def reset(self) -> None:
         """As `DynamicLayer.reset`; the buffer is let go, since tensors read before the reset may view it."""
@@ -133,11 +159,12 @@ OWN_TOKENS = frozenset(
 class _Decoding:
     """What a running generate() knows of the forward pass it makes next."""
 
-    __slots__ = ("own_tokens", "prompt_length", "stepping")
+    __slots__ = ("own_tokens", "padded_rows", "prompt_length", "stepping")
 
     def __init__(self):
         self.prompt_length = 0
         self.own_tokens = False  # the decoding feeds only the model's own tokens (`OWN_TOKENS`)
+        self.padded_rows = 0  # rows of a decoding that pads the rows that have ended (greedy, sampling), else 0
         self.stepping = False  # past the prompt: the next forward pass is fed the tokens of the last step
 
 
@@ -206,13 +233,46 @@ class TurnerGenerationMixin(GenerationMixin):
             decoding.own_tokens = generation_mode in OWN_TOKENS
             steps_after_a_token = generation_config.max_length - decoding.prompt_length - 1
             if generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) and steps_after_a_token > 0:
-                check_generated_pad(self.config, _pad_token_id(generation_config), batch_size)
+                decoding.padded_rows = batch_size * generation_config.num_return_sequences
+
+    def _get_stopping_criteria(self, generation_config: GenerationConfig, *args, **kwargs) -> StoppingCriteriaList:
+        """generate()'s stopping criteria; with them known, a pad id that a row ending early would feed the model is
+        checked (`check_generated_pad`) before the first step."""
+        criteria = super()._get_stopping_criteria(generation_config, *args, **kwargs)
+        if (decoding := _DECODING.get()) is not None and decoding.padded_rows > 1:
+            check_generated_pad(
+                self.config, _pad_token_id(generation_config), lambda: _what_ends_a_row_early(criteria, self.config)
+            )
+        return criteria
 
     def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict, *args, **kwargs) -> dict:
         """After each step: the next forward pass is fed that step's tokens."""
         if (decoding := _DECODING.get()) is not None:
             decoding.stepping = decoding.own_tokens
         return super()._update_model_kwargs_for_generation(outputs, model_kwargs, *args, **kwargs)
+
+
+def _what_ends_a_row_early(criteria: StoppingCriteriaList, config: TurnerConfig) -> str | None:
+    """What can end one row of a batch before the others, so that greedy or sampled decoding feeds the pad id after
+    it: an end-of-sequence id the model can generate (one in the vocabulary), a stop string, or a criterion of the
+    caller's (it may stop any row). None where nothing can: `max_length` and `max_time` stop every row at once, and
+    without an end-of-sequence criterion the decoding pads no row at all (as `GenerationMixin._sample` decides)."""
+    if not any(hasattr(criterion, "eos_token_id") for criterion in criteria):
+        return None
+    for criterion in criteria:
+        if type(criterion) in (MaxLengthCriteria, MaxTimeCriteria):
+            continue
+        if type(criterion) is EosTokenCriteria:
+            generable = [
+                token for token in criterion.eos_token_id.reshape(-1).tolist() if 0 <= token < config.vocab_size
+            ]
+            if generable:
+                return f"the end-of-sequence id {generable[0]} can be generated"
+            continue
+        if type(criterion) is StopStringCriteria:
+            return "at a stop string"
+        return f"{type(criterion).__name__} may end one"
+    return None
 
 
 def _pad_token_id(generation_config: GenerationConfig) -> int | None:
