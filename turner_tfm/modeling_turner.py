@@ -79,10 +79,8 @@ POSITION_VECTORS: dict[str, Callable[[TurnerConfig, int], nn.Module]] = {
 
 
 def build_position_embedding(config: TurnerConfig) -> nn.Module | None:
-    """The §3 position vector given to each token (None for types that give none).
-
-    Its width is D when added to the token, `position_embedding_size` when concatenated to it (footnote 19).
-    """
+    """The §3 position vector given to each token (None for types that give none): D wide when added to the token,
+    `position_embedding_size` when concatenated to it (footnote 19)."""
     build = POSITION_VECTORS.get(config.position_embedding_type)
     if build is None:
         return None
@@ -99,11 +97,9 @@ def combine_positions(tokens: torch.Tensor, positions: torch.Tensor, combine: st
 
 
 class TurnerRotaryEmbedding(nn.Module):
-    """Relative positions (§3, "relative distance information between pairs of tokens"), as rotations (RoPE).
-
-    Each pair of query and key features is rotated by an angle proportional to the token's position, so the score
-    `k_n^T q_n'` depends on the positions only through n' - n. Returns the cosines and sines for `position_ids`.
-    """
+    """Relative positions (§3, "relative distance information between pairs of tokens"), as rotations (RoPE): each
+    pair of query and key features is rotated by an angle proportional to the token's position, so the score
+    `k_n^T q_n'` depends on the positions only through n' - n. Returns the cosines and sines for `position_ids`."""
 
     def __init__(self, config: TurnerConfig):
         super().__init__()
@@ -393,10 +389,8 @@ class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel
 
 
 class TurnerModel(TurnerPreTrainedModel):
-    """The backbone: X^(0) from tokens or patches, M transformer blocks, then a final norm (pre-norm only).
-
-    Returns X^(M) as `last_hidden_state`, shape `(batch, N, D)`: the input's shape (§1.2).
-    """
+    """The backbone: X^(0) from tokens or patches, M transformer blocks, then a final norm (pre-norm only). Returns
+    X^(M) as `last_hidden_state`, shape `(batch, N, D)`: the input's shape (§1.2)."""
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
