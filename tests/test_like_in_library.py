@@ -10,8 +10,6 @@ imported (`test_a_folder_loaded_as_remote_code_answers_as_gpt2`).
 
 import functools
 import json
-import subprocess
-import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -48,6 +46,7 @@ from turner_tfm import TurnerConfig, TurnerForCausalLM
 from . import anchors
 from .anchors import padded, prompts
 from .convert_helpers import word_tokenizer
+from .isolated import run_isolated
 
 TOLERANCE = 1e-5
 VOCAB = 64
@@ -742,15 +741,7 @@ def remote_answers(tmp_path_factory) -> dict[str, tuple[object, dict]]:
         auto = "AutoModelForCausalLM" if isinstance(turner, TurnerForCausalLM) else "AutoModelForSequenceClassification"
         act = action.act
         jobs.append([str(folders[action.pair]), auto, act.func.__name__, act.keywords, str(root / f"{index}.pt")])
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(Path(__file__).with_name("anchors.py"))],
-        cwd=root,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_isolated(REMOTE_LOADER, [json.dumps(jobs), str(Path(__file__).with_name("anchors.py"))], root)
     return {name: (expected[name], torch.load(job[-1])) for name, job in zip(REMOTE_ACTIONS, jobs, strict=True)}
 
 

@@ -10,8 +10,6 @@ asserted: it follows transformers' handling, which may change.
 """
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from convert import gpt2
 from turner_tfm import TurnerForCausalLM
 
 from . import anchors
+from .isolated import run_isolated
 from .tiny import text_config
 
 TOLERANCE = 1e-4
@@ -106,15 +105,7 @@ def remote_answers(tmp_path_factory) -> dict[str, tuple[PreTrainedModel, dict]]:
         models[positions] = turner(positions)
         models[positions].save_pretrained(root / positions)
         jobs.append([str(root / positions), str(root / f"{positions}.pt")])
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_ACTIONS, json.dumps(jobs), str(Path(__file__).with_name("anchors.py"))],
-        cwd=root,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_isolated(REMOTE_ACTIONS, [json.dumps(jobs), str(Path(__file__).with_name("anchors.py"))], root)
     return {positions: (models[positions], torch.load(job[1])) for positions, job in zip(POSITIONS, jobs, strict=True)}
 
 

@@ -24,6 +24,7 @@ from turner_tfm import (
 from turner_tfm.hub_turner import AUTO_CLASSES
 
 from .convert_helpers import word_tokenizer
+from .isolated import run_isolated
 from .tiny import image_config, random_ids, text_config
 
 # Every class a folder can be saved as, with a config of its modality. Each folder must load through every Auto class
@@ -71,15 +72,7 @@ REMOTE_LOADER = textwrap.dedent(
 
 def load_without_the_package(jobs: list[list[str]], cwd: Path) -> list[list[torch.Tensor]]:
     """Run `REMOTE_LOADER` on `jobs` ([folder, Auto class name, inputs file, outputs file]); each job's outputs."""
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_LOADER, json.dumps(jobs), str(torch.get_num_threads())],
-        cwd=cwd,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_isolated(REMOTE_LOADER, [json.dumps(jobs), str(torch.get_num_threads())], cwd)
     return [torch.load(job[3]) for job in jobs]
 
 
