@@ -176,3 +176,16 @@ def test_a_saved_tokenizer_loads_without_the_package_and_without_a_prompt(tmp_pa
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
     expected = transformers.AutoTokenizer.from_pretrained(tmp_path / "lm")(text)["input_ids"]
     assert json.loads(result.stdout.splitlines()[-1]) == expected
+
+
+def test_the_saved_code_asks_a_user_for_no_package_beyond_turners_own_requirements(tmp_path):
+    """Loading a folder from the Hub, transformers' remote-code loader asks the user to install every package that
+    a saved file imports in a statement (`get_imports`): the code must ask for nothing an optional extra brings
+    (Liger, say), or the folder loads only where that extra is installed."""
+    from transformers.dynamic_module_utils import get_imports
+
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    requirements = {"torch", "transformers", "huggingface_hub", "safetensors"}
+    asked = {path.name: set(get_imports(path)) - set(sys.stdlib_module_names) for path in tmp_path.glob("*.py")}
+    assert "liger_turner.py" in asked, sorted(asked)
+    assert {name: packages for name, packages in asked.items() if packages - requirements} == {}

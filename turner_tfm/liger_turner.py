@@ -48,13 +48,12 @@ def apply_liger_kernel_to_turner(
             "apply_liger_kernel_to_turner: `model`=None is not supported; Turner is patched one model at a time: "
             "pass the model (TrainingArguments(use_liger_kernel=True) does)."
         )
-    from liger_kernel.transformers.monkey_patch import _patch_layer_norm_module, _patch_rms_norm_module
-
+    table = liger_module("transformers.monkey_patch")
     for module in model.modules():
         if layer_norm and type(module) is nn.LayerNorm:
-            _patch_layer_norm_module(module)
+            table._patch_layer_norm_module(module)
         elif rms_norm and type(module) is nn.RMSNorm:
-            _patch_rms_norm_module(module, casting_mode="gemma", in_place=False)
+            table._patch_rms_norm_module(module, casting_mode="gemma", in_place=False)
     if fused_linear_cross_entropy and hasattr(model, "_logits_and_loss"):  # the causal LM's head
         model._logits_and_loss = MethodType(fused_logits_and_loss, model)
 
@@ -69,9 +68,6 @@ def fused_logits_and_loss(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """`TurnerForCausalLM._logits_and_loss` with the loss through Liger's fused linear cross-entropy, without logits,
     where only the loss is needed: in training with labels, or when the caller says so (`skip_logits=True`)."""
-    from liger_kernel.transformers.model.llama import lce_maybe_trainable_lm_head
-    from liger_kernel.transformers.model.loss_utils import unpack_cross_entropy_result
-
     has_labels = labels is not None or kwargs.get("shift_labels") is not None
     if skip_logits and not has_labels:
         raise ValueError("`skip_logits`=True needs `labels` (or `shift_labels`): without them there is no loss.")
@@ -81,10 +77,16 @@ def fused_logits_and_loss(
         return type(self)._logits_and_loss(self, hidden_states, labels, logits_to_keep, **kwargs)
     kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
     shift_labels = kwargs.pop("shift_labels", None)
-    result = lce_maybe_trainable_lm_head(
+    result = liger_module("transformers.model.llama").lce_maybe_trainable_lm_head(
         self, hidden_states[:, kept, :], self.config.hidden_size, labels, shift_labels, **kwargs
     )
-    return None, unpack_cross_entropy_result(result)[0]
+    return None, liger_module("transformers.model.loss_utils").unpack_cross_entropy_result(result)[0]
+
+
+def liger_module(name: str) -> ModuleType:
+    """`liger_kernel.<name>`, imported by name where it is used: transformers' remote-code loader asks the user for
+    every package a saved file imports in an `import` statement, and a Turner folder must load without Liger."""
+    return importlib.import_module(f"liger_kernel.{name}")
 
 
 def register_with_liger(table_module: ModuleType) -> None:
