@@ -90,6 +90,17 @@ def test_a_registered_attention_function_gets_every_layer_and_the_callers_kwargs
     assert all(type(call[1]) is float for call in calls)
 
 
+def each_alone(model: torch.nn.Module, sequences: list[list[int]]) -> list:
+    """`model`'s outputs for each sequence alone, the reference a packed row must match: under SDPA (attention
+    implementations agree: tests/test_modeling.py), since flex attention on the CPU would compile for each length."""
+    implementation = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        return [model(torch.tensor([sequence])) for sequence in sequences]
+    finally:
+        model.set_attn_implementation(implementation)
+
+
 @pytest.mark.parametrize("implementation", CPU_IMPLEMENTATIONS)
 @pytest.mark.parametrize("position_embedding_type", ["learned", "sinusoidal", "rotary", "none"])
 def test_a_packed_row_gives_each_sequence_its_own_logits(position_embedding_type, implementation):
@@ -103,7 +114,7 @@ def test_a_packed_row_gives_each_sequence_its_own_logits(position_embedding_type
     model = TurnerForCausalLM(config).eval()
     with torch.no_grad():
         logits = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"], use_cache=False).logits
-        alone = torch.cat([model(torch.tensor([sequence])).logits[0] for sequence in sequences])
+        alone = torch.cat([output.logits[0] for output in each_alone(model, sequences)])
     torch.testing.assert_close(logits[0], alone, atol=1e-5, rtol=1e-5)
 
 
@@ -119,5 +130,5 @@ def test_a_packed_row_of_an_encoder_keeps_each_sequence_to_itself(position_embed
     model = TurnerModel._from_config(config, attn_implementation=implementation).eval()
     with torch.no_grad():
         states = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"]).last_hidden_state
-        alone = torch.cat([model(torch.tensor([sequence])).last_hidden_state[0] for sequence in sequences])
+        alone = torch.cat([output.last_hidden_state[0] for output in each_alone(model, sequences)])
     torch.testing.assert_close(states[0], alone, atol=1e-5, rtol=1e-5)
