@@ -123,6 +123,49 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
 
 
+def check_profile(payload: dict[str, Any], on_cuda: bool) -> None:
+    """`benchmarks/profile_generate.py`'s JSON: each model's host time and its busiest operators, and on CUDA its
+    kernels per generated token."""
+    assert payload["benchmark"] == "profile_generate"
+    assert set(payload["models"]) == {"turner", "gpt2"}
+    for model in payload["models"].values():
+        assert model["host_self_ms"] > 0
+        assert 0 < len(model["top"]) <= 3 and all(event["name"] and event["count"] > 0 for event in model["top"])
+        kernel_keys = {"kernels", "kernel_us", "kernels_per_token", "kernel_us_per_token"}
+        assert (set(model) >= kernel_keys) if on_cuda else not (set(model) & kernel_keys)
+        if on_cuda:
+            assert model["kernels_per_token"] > 0 and model["kernel_us_per_token"] > 0
+
+
+PROFILE_ARGS = ["--shape", "tiny", "--prompt", "4", "--new-tokens", "3", "--warmup", "1", "--rows", "3"]
+
+
+def test_profile_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = run_script("profile_generate.py", [*PROFILE_ARGS, "--mode", "static"], tmp_path, monkeypatch)
+    check_profile(payload, on_cuda=False)
+    assert payload["mode"] == "static" and payload["new_tokens"] == 3
+
+
+def test_the_gpu_session_script_runs_every_column_section_with_arguments_its_modules_accept() -> None:
+    """`benchmarks/gpu_session.sh`'s commands, as its stages give them (the device named cpu: this machine has no
+    GPU), parse with each module's own parser, and its stages together run every section of the GPU column."""
+    import shlex
+
+    from benchmarks import gpu_column
+
+    script = (Path(gpu_column.__file__).parent / "gpu_session.sh").read_text().replace("\\\n", " ")
+    commands = re.findall(r"python -m (benchmarks\.\w+) ([^>\n]*)", script)
+    assert {module for module, _ in commands} == {"benchmarks.gpu_column", "benchmarks.profile_generate"}
+    sections = []
+    for module, arguments in commands:
+        args = [arg.replace("$out", "gpu-session").replace("$batch", "1") for arg in shlex.split(arguments)]
+        args = ["cpu" if before == "--device" else arg for before, arg in zip(["", *args[:-1]], args, strict=True)]
+        args += [] if "--device" in args else ["--device", "cpu"]  # gpu_column's default device is cuda
+        parsed = importlib.import_module(module).parse_args(args)
+        sections += getattr(parsed, "sections", [])
+    assert sorted(sections) == sorted(gpu_column.SECTIONS)
+
+
 def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--layers", "2", "--heads", "2", "--features", "16", "--prompt", "3", "--new-tokens", "2"]
     payload = run_script("bench_host_cost.py", [*args, "--repeats", "2", "--warmup", "1"], tmp_path, monkeypatch)

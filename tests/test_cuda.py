@@ -212,6 +212,15 @@ def test_a_saved_folder_loads_onto_the_gpu_with_device_map(tmp_path, trust_remot
         torch.testing.assert_close(loaded(ids.to(CUDA)).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-4)
 
 
+def test_the_decoding_profile_counts_each_models_kernels_per_token_on_cuda(tmp_path, monkeypatch):
+    """`python -m benchmarks.profile_generate --device cuda`: the kernel profile of a compiled static decoding step
+    (CUDA graphs), Turner beside GPT-2."""
+    from .test_benchmarks_smoke import PROFILE_ARGS, check_profile, run_script
+
+    args = [*PROFILE_ARGS, "--device", "cuda", "--dtype", "bf16", "--mode", "static-compile"]
+    check_profile(run_script("profile_generate.py", args, tmp_path, monkeypatch), on_cuda=True)
+
+
 def test_the_gpu_column_command_runs_every_section_on_cuda(tmp_path, monkeypatch):
     """`python -m benchmarks.gpu_column --device cuda --tiny`: every section of the GPU column at toy sizes, compiled
     for real (inductor; CUDA graphs for the static cache's decoding step and continuous batching), with the GPU's name,

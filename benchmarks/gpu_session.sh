@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU checks of one lent GPU machine, prepared to fit its device time (15 minutes a session, 10 a command): each
+# stage is one command on the machine, its output and JSON written to $OUT (default: gpu-session/). The machine has no
+# package index: wheels put in /.whl/ here (git-ignored; carry it) are installed first, without dependencies, e.g.
+#   pip download --no-deps -d .whl liger-kernel==0.8.5     # pure Python; triton comes with the machine's torch
+#   bash benchmarks/gpu_session.sh tests       # pytest -m gpu (about 4 minutes on an H200, 2026-11-27)
+#   bash benchmarks/gpu_session.sh training    # the column's training and Trainer rows (about 6 minutes on an H100)
+#   bash benchmarks/gpu_session.sh decoding    # the decoding rows and a kernel profile of a static decoding step each
+# Estimates per section: `python -m benchmarks.gpu_column` prints them before it starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-}
+if [[ ! $stage =~ ^(tests|training|decoding)$ ]]; then
+  echo "usage: bash benchmarks/gpu_session.sh tests | training | decoding" >&2
+  exit 2
+fi
+out=${OUT:-gpu-session}
+mkdir -p "$out"
+export HF_HUB_OFFLINE=1
+if compgen -G ".whl/*.whl" >/dev/null; then python -m pip install -q --no-index --no-deps .whl/*.whl; fi
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"
+  python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  uptime
+} >"$out/machine.txt"
+
+case $stage in
+  tests)
+    # README's addopts deselect the gpu marker: the command line's -m replaces them
+    python -m pytest -o addopts="" -m gpu -n 8 -p no:cacheprovider -rA tests/test_cuda.py >"$out/pytest_gpu.txt" 2>&1
+    ;;
+  training)
+    python -m benchmarks.gpu_column --sections train train-compiled trainer --json "$out/gpu_column_training.json" \
+      >"$out/gpu_column_training.txt" 2>&1
+    ;;
+  decoding)
+    python -m benchmarks.gpu_column --sections decode decode-static continuous-batching \
+      --json "$out/gpu_column_decoding.json" >"$out/gpu_column_decoding.txt" 2>&1
+    for batch in 1 64; do
+      python -m benchmarks.profile_generate --device cuda --dtype bf16 --shape gpt2-small --mode static-compile \
+        --batch "$batch" --rows 25 --json "$out/profile_static_b$batch.json" >"$out/profile_static_b$batch.txt" 2>&1
+    done
+    ;;
+esac
+uptime >>"$out/machine.txt"
