@@ -64,7 +64,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory):
 
 
 def finished(run) -> str:
-    """The output of the uninterrupted run, once it ended (a failure shows it)."""
+    """The output of a reference run (`uninterrupted`, or the slow FSDP case's own) once it ended; fails if it did."""
     (output,) = wait_all(run, timeout=600)
     return output
 
