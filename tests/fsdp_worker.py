@@ -1,11 +1,8 @@
-"""One process of an FSDP2 training run on the CPU, started by `torchrun --nproc_per_node 2` in
-test_workflows_distributed.py: each process holds a shard of every Turner block, trains on its half of a fixed
-batch, and the main process gathers the full weights and saves them with `save_pretrained`.
-
-    torchrun --standalone --nproc_per_node 2 tests/fsdp_worker.py OUTPUT_DIR
+"""FSDP2 by hand on the CPU, in each process of a gloo group (the `fully-shard:fsdp` check of
+tests/parallel_worker.py): each process holds a shard of every Turner block (`fully_shard`), trains on its half of a
+fixed batch, and the main process gathers the full weights and saves them with `save_pretrained`; the test trains
+the same model on the whole batch in one process and compares.
 """
-
-import sys
 
 import torch
 import torch.distributed as dist
@@ -42,8 +39,8 @@ def train(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
         optimizer.zero_grad()
 
 
-def main(output_dir: str) -> None:
-    dist.init_process_group("gloo")
+def shard_train_and_save(output_dir: str) -> None:
+    """This process's part of the run, in a process group already started."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model = tiny_model()
     for block in model.model.layers:
@@ -62,8 +59,3 @@ def main(output_dir: str) -> None:
         unsharded.save_pretrained(output_dir)
         print(f"saved the gathered weights to {output_dir}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

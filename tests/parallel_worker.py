@@ -3,12 +3,14 @@ MASTER_ADDR and MASTER_PORT set and the repository on PYTHONPATH: every process 
 checkpoint sharded with `from_pretrained(distributed_config=...)`, computes the one-process reference itself, and
 compares.
 
-    python -m tests.parallel_worker tp   WORK_DIR CASE [CASE ...]   # tensor parallel against one process
-    python -m tests.parallel_worker fsdp WORK_DIR CASE [CASE ...]   # FSDP2 training against DDP, and its checkpoints
-    python -m tests.parallel_worker refuse WORK_DIR CASE:tp|fsdp    # a config that cannot be sharded is refused
+    python -m tests.parallel_worker WORK_DIR CHECK [CHECK ...]
+    tp:CASE                 # tensor parallel against one process
+    fsdp:CASE               # FSDP2 training against DDP, and its checkpoints
+    refuse:CASE:tp|fsdp     # a config that cannot be sharded is refused
+    fully-shard:fsdp        # fully_shard() by hand on Turner blocks (tests/fsdp_worker.py)
 
-Each check that passes prints `rank R: CASE: ...`; the first that fails raises, and the launcher reports every
-rank's output.
+Checks of every kind run in one launch (each process pays some 10 s of imports before its first check). Each check
+that passes prints `rank R: CASE: ...`; the first that fails raises, and the launcher reports every rank's output.
 """
 
 import datetime
@@ -23,6 +25,7 @@ from transformers import AutoModelForCausalLM, DistributedConfig
 from transformers.distributed import mixin
 from transformers.utils import logging as hf_logging
 
+from tests import fsdp_worker
 from tests.tiny import image_config, random_ids, text_config
 from turner_tfm import TurnerForImageClassification, TurnerForSequenceClassification
 
@@ -293,20 +296,27 @@ def check_refused(case: str, work_dir: Path) -> None:
         raise AssertionError(f"{case}: loading with {sizes} was not refused")
 
 
+def check_fully_shard(case: str, work_dir: Path) -> None:
+    """`fully-shard:fsdp`: tests/fsdp_worker.py's run, the gathered weights saved to WORK_DIR/fsdp."""
+    fsdp_worker.shard_train_and_save(str(work_dir / case))
+
+
 CHECKS = {
     "tp": check_tensor_parallel,
     "fsdp": check_fsdp,
     "refuse": check_refused,
+    "fully-shard": check_fully_shard,
 }
 
 
 def main() -> None:
-    mode, work_dir, cases = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+    work_dir, checks = Path(sys.argv[1]), sys.argv[2:]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     logging.getLogger("transformers").setLevel(logging.ERROR)
     hf_logging.disable_progress_bar()
     try:
-        for case in cases:
+        for check in checks:
+            mode, case = check.split(":", 1)
             CHECKS[mode](case, work_dir)
     finally:
         dist.destroy_process_group()

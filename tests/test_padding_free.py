@@ -12,7 +12,15 @@ from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .test_parallel import TORCHRUN
 from .tiny import random_ids, text_config
-from .workflow_utils import TINY_MODEL, example, printed_number, run_example, script_env, training_losses
+from .workflow_utils import (
+    TINY_MODEL,
+    example,
+    printed_number,
+    run_example,
+    run_examples,
+    script_env,
+    training_losses,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +75,28 @@ def test_paragraphs_become_sequences_of_at_most_the_block_size(padding_free):
     assert [len(ids) for ids in dataset["input_ids"]] == [15, 16, 16, 7]  # "X" has nothing to predict
 
 
-def test_the_script_trains_padding_free(tmp_path):
-    output = run_example(
-        "train_causal_lm.py",
-        *("--padding-free", "--output-dir", "lm", "--max-steps", "20", "--logging-steps", "5"),
-        *("--learning-rate", "5e-3", "--block-size", "64", "--max-new-tokens", "5", *TINY_MODEL),
-        tmp_path=tmp_path,
-    )
+@pytest.fixture(scope="module")
+def script_runs(tmp_path_factory):
+    """train_causal_lm.py and train_text_classifier.py, each with --padding-free, one after the other in one Python
+    process (each run sets its own seed; two short runs, one interpreter and one `import torch, transformers`). The
+    classifier has the settings of the padded run in test_workflows_classifiers.py. Their outputs, and the folder
+    they saved to (lm/, cp/)."""
+    folder = tmp_path_factory.mktemp("padding-free")
+    lm = ("--padding-free", "--output-dir", "lm", "--max-steps", "20", "--logging-steps", "5")
+    lm += ("--learning-rate", "5e-3", "--block-size", "64", "--max-new-tokens", "5", *TINY_MODEL)
+    classifier = ("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5")
+    classifier += ("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL)
+    outputs = run_examples([("train_causal_lm.py", *lm), ("train_text_classifier.py", *classifier)], tmp_path=folder)
+    return dict(zip(("lm", "cp"), outputs, strict=True)), folder
+
+
+def test_the_script_trains_padding_free(script_runs):
+    outputs, folder = script_runs
+    output = outputs["lm"]
     losses = training_losses(output)
-    assert losses[-1] < losses[0] - 0.5, losses
-    assert printed_number(output, "held-out loss") < losses[0]
-    assert (tmp_path / "lm" / "model.safetensors").is_file()
+    assert losses[-1] < losses[0] - 0.5, f"the loss fell by less than 0.5: {losses}"
+    assert printed_number(output, "held-out loss") < losses[0], output[-3000:]
+    assert (folder / "lm" / "model.safetensors").is_file(), "the trained model was not saved"
 
 
 CLASSIFIER_SEQUENCES = [random_ids(1, length, seed=length)[0].tolist() for length in (6, 11, 3, 8)]
@@ -154,21 +173,17 @@ def test_a_packed_classifier_batch_that_is_not_one_row_or_mislabelled_is_refused
         model(**{**packed, "labels": packed["labels"][:3]})
 
 
-def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(padding_free, tmp_path):
+def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(padding_free, script_runs):
     """The settings of the padded run in test_workflows_classifiers.py, with the same accuracy bar."""
-    output = run_example(
-        "train_text_classifier.py",
-        *("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5"),
-        *("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL),
-        tmp_path=tmp_path,
-    )
+    outputs, folder = script_runs
+    output = outputs["cp"]
     assert printed_number(output, "test accuracy:") >= 0.75, output[-3000:]
     losses = training_losses(output)
-    assert losses[-1] < losses[0]
-    classifier = pipeline("text-classification", model=str(tmp_path / "cp"))
+    assert losses[-1] < losses[0], f"the loss did not fall: {losses}"
+    classifier = pipeline("text-classification", model=str(folder / "cp"))
     assert classifier("for key, value in items.items():")[0]["label"] in {"code", "prose"}
 
-    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "cp").eval()
+    model = AutoModelForSequenceClassification.from_pretrained(folder / "cp").eval()
     texts = ["x = 1", "Return the sum of the values.", "def f(a, b):"]
     ids = [classifier.tokenizer(text)["input_ids"] for text in texts]
     row = padding_free.classification_collator(True, None)([{"input_ids": i} for i in ids])

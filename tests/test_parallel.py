@@ -4,6 +4,7 @@ are checked in this process: every rule names a module the config builds, and wh
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from turner_tfm import (
     TurnerModel,
 )
 
+from .fsdp_worker import global_batch, tiny_model, train
 from .parallel_worker import CASES
 from .test_workflows_classifiers import write_digit_folder
 from .tiny import image_config, text_config
@@ -36,14 +38,15 @@ COMBINED = ("everything", "classifier-everything", "wide")  # the slow sweep
 SWITCHES = [case for case, (head, _) in CASES.items() if head == "lm" and case not in (*COMBINED, "odd-heads")]
 
 
-def launch_ranks(mode: str, *cases: str, tmp_path: Path, timeout: float = 300) -> str:
-    """Run `tests/parallel_worker.py MODE` in WORLD_SIZE processes; return their output, rank by rank. If any process
-    fails or the run outlasts `timeout`, every process is stopped and the test fails showing every rank's output."""
+def launch_ranks(*checks: str, tmp_path: Path, timeout: float = 300) -> str:
+    """Run `tests/parallel_worker.py CHECK ...` in WORLD_SIZE processes; return their output, rank by rank. If any
+    process fails or the run outlasts `timeout`, every process is stopped and the test fails showing every rank's
+    output."""
     env = script_env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(WORLD_SIZE))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.parallel_worker", mode, str(tmp_path), *cases],
+            [sys.executable, "-m", "tests.parallel_worker", str(tmp_path), *checks],
             cwd=tmp_path,
             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             stdout=subprocess.PIPE,
@@ -66,8 +69,23 @@ def launch_ranks(mode: str, *cases: str, tmp_path: Path, timeout: float = 300) -
             f"===== rank {rank} (exit {process.returncode}) =====\n{output[-4000:]}"
             for rank, (process, output) in enumerate(zip(processes, outputs, strict=True))
         )
-        pytest.fail(f"parallel_worker.py {mode} failed:\n{report}")
+        pytest.fail(f"parallel_worker.py {' '.join(checks)} failed:\n{report}")
     return "\n".join(outputs)
+
+
+TP_CASES = [*SWITCHES, "sequence-classifier", "image-classifier"]
+FSDP_CASES = ["tied", "untied"]
+
+
+@pytest.fixture(scope="module")
+def checked_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One launch of WORLD_SIZE processes for the tensor-parallel, FSDP, refusal and `fully_shard` checks of the
+    tests below, which read what it printed and saved (each process pays some 10 s of imports: one launch, not
+    four). Its output and its folder."""
+    work_dir = tmp_path_factory.mktemp("parallel")
+    checks = [*(f"tp:{case}" for case in TP_CASES), *(f"fsdp:{case}" for case in FSDP_CASES)]
+    checks += ["refuse:odd-heads:tp", "refuse:batchnorm:fsdp", "fully-shard:fsdp"]
+    return launch_ranks(*checks, tmp_path=work_dir), work_dir
 
 
 def assert_every_rank_said(output: str, cases: list[str], message: str) -> None:
@@ -76,29 +94,32 @@ def assert_every_rank_said(output: str, cases: list[str], message: str) -> None:
             assert f"rank {rank}: {case}: {message}" in output, f"rank {rank} did not report {case!r}:\n{output}"
 
 
-def test_tensor_parallel_matches_one_process_for_every_switch_and_head(tmp_path: Path) -> None:
-    cases = [*SWITCHES, "sequence-classifier", "image-classifier"]
-    output = launch_ranks("tp", *cases, tmp_path=tmp_path)
-    assert_every_rank_said(output, cases, "logits, loss")
+def test_tensor_parallel_matches_one_process_for_every_switch_and_head(checked_ranks: tuple[str, Path]) -> None:
+    output, _ = checked_ranks
+    assert_every_rank_said(output, TP_CASES, "logits, loss")
     assert_every_rank_said(output, SWITCHES, "greedy generate() gives the same tokens")
     # the vocabulary of 99 does not divide by 2: the ranks hold 50 and 49 rows of the input embedding
-    assert "rank 0: tied: holds 50 of 99 rows" in output and "rank 1: tied: holds 49 of 99 rows" in output
+    assert "rank 0: tied: holds 50 of 99 rows" in output and "rank 1: tied: holds 49 of 99 rows" in output, (
+        f"the embedding is not split 50/49 over the vocabulary of 99:\n{output}"
+    )
 
 
 @pytest.mark.slow
 def test_tensor_parallel_matches_one_process_with_switches_combined(tmp_path: Path) -> None:
-    output = launch_ranks("tp", *COMBINED, tmp_path=tmp_path)
+    output = launch_ranks(*(f"tp:{case}" for case in COMBINED), tmp_path=tmp_path)
     assert_every_rank_said(output, list(COMBINED), "logits, loss")
 
 
-def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(tmp_path: Path) -> None:
-    output = launch_ranks("fsdp", "tied", "untied", tmp_path=tmp_path)
-    assert_every_rank_said(output, ["tied", "untied"], "3 SGD steps under FSDP give DDP's weights")
-    assert "rank 0: untied: FSDP wraps lm_head, model.embeddings.embed_tokens, model.layers.0" in output
-    for case in ("tied", "untied"):
-        expected = torch.load(tmp_path / f"{case}-expected.pt")
+def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(checked_ranks: tuple[str, Path]) -> None:
+    output, work_dir = checked_ranks
+    assert_every_rank_said(output, FSDP_CASES, "3 SGD steps under FSDP give DDP's weights")
+    assert "rank 0: untied: FSDP wraps lm_head, model.embeddings.embed_tokens, model.layers.0" in output, (
+        f"the untied head and embedding are not wrapped on their own:\n{output}"
+    )
+    for case in FSDP_CASES:
+        expected = torch.load(work_dir / f"{case}-expected.pt")
         for saved in ("full", "dcp"):  # save_pretrained(), and save_pretrained(distributed_checkpoint=True)
-            folder = tmp_path / f"{case}-{saved}"
+            folder = work_dir / f"{case}-{saved}"
             auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
             assert auto_map["AutoModelForCausalLM"] == "modeling_turner.TurnerForCausalLM", auto_map
             assert "modeling_turner.py" in {path.name for path in folder.iterdir()}
@@ -109,10 +130,32 @@ def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(tmp_path: 
             torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5, msg=f"{case}-{saved}")
 
 
-def test_unshardable_configs_are_refused_by_name_before_loading(tmp_path: Path) -> None:
-    output = launch_ranks("refuse", "odd-heads:tp", "batchnorm:fsdp", tmp_path=tmp_path)
-    assert "rank 1: odd-heads: refused under tp: TurnerConfig: `num_attention_heads`=3 is invalid" in output
-    assert "rank 0: batchnorm: refused under fsdp: TurnerConfig: `normalization`='batchnorm' is invalid" in output
+def test_unshardable_configs_are_refused_by_name_before_loading(checked_ranks: tuple[str, Path]) -> None:
+    output, _ = checked_ranks
+    refusals = [
+        "rank 1: odd-heads: refused under tp: TurnerConfig: `num_attention_heads`=3 is invalid",
+        "rank 0: batchnorm: refused under fsdp: TurnerConfig: `normalization`='batchnorm' is invalid",
+    ]
+    for refusal in refusals:
+        assert refusal in output, f"not refused by name: {refusal!r} missing from:\n{output}"
+
+
+def test_fsdp2_shards_turner_blocks_on_cpu_and_matches_one_process(checked_ranks: tuple[str, Path]) -> None:
+    """`fully_shard` by hand on each Turner block and the model (tests/fsdp_worker.py): each process keeps half of
+    each matrix, trains on half the batch, and the gathered weights equal one process trained on the whole batch."""
+    output, work_dir = checked_ranks
+    held = [int(n) for n in re.findall(r"holds (\d+) of 3072 qkv_proj weights", output)]
+    assert sorted(held) == [1536, 1536], f"each process should keep half of each matrix:\n{output[-2000:]}"
+
+    reference = tiny_model()
+    train(reference, global_batch())  # the whole batch in one process
+    sharded = AutoModelForCausalLM.from_pretrained(work_dir / "fsdp")
+    expected = reference.state_dict()
+    for name, tensor in sharded.state_dict().items():
+        torch.testing.assert_close(tensor, expected[name], atol=2e-5, rtol=1e-4, msg=name)
+    assert not torch.equal(
+        expected["model.layers.0.mlp.up_proj.weight"], tiny_model().model.layers[0].mlp.up_proj.weight
+    ), "the reference did not train: comparing untrained weights tests nothing"
 
 
 def all_names(model: torch.nn.Module) -> set[str]:

@@ -1,10 +1,11 @@
-"""Past one machine, on one machine: two launchers as two "nodes" (torchrun `--nnodes 2` with c10d rendezvous, and
-`accelerate launch --num_machines 2` from a config file) train to the weights of one launcher with two workers; a
-worker killed mid-run is restarted by torchrun (`--max-restarts`) and the run resumes by itself
-(`--resume-from-checkpoint auto`) to the weights and losses of a run never stopped; a node that is lost stops the
-other within seconds (one that hangs, within --ddp-timeout), naming it, and both restarted resume from the last
-complete checkpoint.
+"""Past one machine, on one machine: two `accelerate launch --num_machines 2` launchers from a config file train to the
+weights of one `accelerate launch` with two workers, whose result loads and generates; a worker killed mid-run is
+restarted by torchrun (`--max-restarts`) and the run resumes by itself (`--resume-from-checkpoint auto`) to the
+weights and losses of a run never stopped; a node that is lost stops the other within seconds (one that hangs, within
+--ddp-timeout), naming it, and both restarted (torchrun `--nnodes 2`, c10d rendezvous) resume from the last complete
+checkpoint to the weights and losses of a run never stopped.
 
+The run never stopped is one launch shared by the tests of this module (each worker pays some 10 s of imports).
 Every launcher runs in a session of its own with its output in a log; a test waits with a timeout, kills what is
 left, and shows every launcher's output (each prints its workers' tracebacks) when something fails."""
 
@@ -20,13 +21,14 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from huggingface_hub import ModelCard
-from transformers import TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 from transformers.trainer_utils import IntervalStrategy
 
 from examples.helpers import distributed, training
 
 from .workflow_utils import (
     LM_RUN,
+    accelerate_launch,
     assert_same_run,
     assert_same_weights,
     complete_checkpoints,
@@ -43,6 +45,28 @@ from .workflow_utils import (
 
 SCRIPT = example("train_causal_lm.py")  # -m examples.train_causal_lm
 AUTO = ("--resume-from-checkpoint", "auto")
+# 40 steps, a checkpoint every 8: a run killed after its first checkpoint still has most of its steps ahead of it
+RUN = (*LM_RUN, "--max-steps", "40", *AUTO)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory):
+    """RUN never stopped, in `accelerate launch` with two workers on this machine: the run that the tests of this
+    module compare with (`--output-dir whole` in its folder). Started when first asked for, alongside that test's own
+    runs; wait for it with `finished`."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    write_text(folder)
+    run = start([*accelerate_launch("train_causal_lm.py"), *RUN, "--output-dir", "whole"], folder)
+    run.folder = folder / "whole"
+    yield run
+    if run.poll() is None:
+        kill_run(run)
+
+
+def finished(run) -> str:
+    """The output of a reference run (`uninterrupted`, or the slow FSDP case's own) once it ended; fails if it did."""
+    (output,) = wait_all(run, timeout=600)
+    return output
 
 
 def two_torchrun_nodes(tmp_path: Path, *args: str, port: int | None = None, static: bool = False) -> list:
@@ -68,23 +92,36 @@ def two_accelerate_machines(tmp_path: Path, *args: str) -> list:
 
 
 @pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
-def test_two_nodes_train_to_the_weights_of_one_launcher(parallel: str, tmp_path: Path) -> None:
+def test_two_nodes_train_to_the_weights_of_one_launcher(parallel: str, tmp_path: Path, request) -> None:
+    """Two `accelerate launch --machine_rank 0|1` from a two-machine config file against one `accelerate launch
+    --multi_gpu --num_processes 2`, whose result also loads and generates in one process. (Two torchrun launchers
+    as two nodes: c10d in test_a_lost_node_..., static there and in accelerate's launchers here.)"""
     write_text(tmp_path)
-    run = (*LM_RUN, "--max-steps", "6")
     if parallel == "fsdp":  # without checkpoints: transformers 5.23 cannot resume a model sharded at load time
+        run = (*LM_RUN, "--max-steps", "6")
         run = (*run[: run.index("--save-steps")], *run[run.index("--save-steps") + 2 :], "--fsdp-size", "2")
-    one = start([*torchrun(port=free_port()), *SCRIPT, *run, "--output-dir", "one"], tmp_path)
-    nodes = two_torchrun_nodes(tmp_path, *run, "--output-dir", "nodes")
+        one = start([*accelerate_launch("train_causal_lm.py"), *run, "--output-dir", "one"], tmp_path)
+        one.folder = tmp_path / "one"
+    else:
+        run, one = RUN, request.getfixturevalue("uninterrupted")
     machines = two_accelerate_machines(tmp_path, *run, "--output-dir", "machines")
-    outputs = wait_all(one, *nodes, *machines, timeout=600)
+    outputs = wait_all(*machines, timeout=600)
+    one_output = finished(one)
 
-    assert sum(output.count("text: text, ") for output in outputs[1:3]) == 1  # said by the main process only
-    assert sum(output.count("text: text, ") for output in outputs[3:5]) == 1
+    assert one_output.count("text: text, ") == 1, f"said by the main process only:\n{one_output[-3000:]}"
+    assert sum(output.count("text: text, ") for output in outputs) == 1, f"said by machine 0 only:\n{logs(*machines)}"
     expected = "FSDP2 over 2 processes" if parallel == "fsdp" else "DDP over 2 processes (gloo)"
-    for folder in ("one", "nodes", "machines"):
-        assert f"| parallelism | {expected}" in ModelCard.load(tmp_path / folder / "README.md").text
-    assert_same_weights(tmp_path / "nodes", tmp_path / "one")
-    assert_same_weights(tmp_path / "machines", tmp_path / "one")
+    for folder in (one.folder, tmp_path / "machines"):
+        card = ModelCard.load(folder / "README.md").text
+        assert f"| parallelism | {expected}" in card, f"{folder.name}'s model card:\n{card}"
+    card = ModelCard.load(one.folder / "README.md").text
+    assert "| batch size | 4 per process x 2 process(es) x 1 accumulation |" in card, card
+    assert_same_weights(tmp_path / "machines", one.folder)
+
+    tokenizer = AutoTokenizer.from_pretrained(one.folder)
+    model = AutoModelForCausalLM.from_pretrained(one.folder)
+    generated = model.generate(**tokenizer("Simple is", return_tensors="pt"), max_new_tokens=5, do_sample=False)
+    assert generated.shape == (1, len("Simple is") + 5), "the saved model does not load and generate"
 
 
 def resume_value(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[str | None, str]:
@@ -137,20 +174,20 @@ def resumed_from(output: str, output_dir: str) -> int:
 
 
 @pytest.mark.parametrize("kill", ["after a checkpoint", pytest.param("during a save", marks=pytest.mark.slow)])
-def test_torchrun_restarts_a_killed_worker_and_the_run_resumes_by_itself(kill: str, tmp_path: Path) -> None:
+def test_torchrun_restarts_a_killed_worker_and_the_run_resumes_by_itself(kill: str, tmp_path: Path, request) -> None:
     """One command, `--resume-from-checkpoint auto` under `torchrun --max-restarts 1`: the first start trains afresh,
     a worker is killed (SIGKILL), torchrun starts the group again and the run resumes from the newest complete
     checkpoint, to the weights and logged losses of the same command never interrupted. Killed during a save (its
     weights written, the optimiser not yet), the checkpoint being written is not the one resumed."""
     write_text(tmp_path)
-    run = LM_RUN
     if kill == "during a save":  # 11M parameters: writing the optimiser's 85 MB takes a while
         big = ("--hidden-size", "384", "--num-hidden-layers", "6", "--num-attention-heads", "6")
-        run = (*LM_RUN, "--max-steps", "6", "--save-steps", "2", "--per-device-train-batch-size", "2", *big)
-    restarted = start(
-        [*torchrun(port=free_port(), max_restarts=1), *SCRIPT, *run, *AUTO, "--output-dir", "out"], tmp_path
-    )
-    whole = start([*torchrun(port=free_port()), *SCRIPT, *run, *AUTO, "--output-dir", "whole"], tmp_path)
+        run = (*LM_RUN, "--max-steps", "6", "--save-steps", "2", "--per-device-train-batch-size", "2", *big, *AUTO)
+        whole = start([*torchrun(port=free_port()), *SCRIPT, *run, "--output-dir", "whole"], tmp_path)
+        whole.folder = tmp_path / "whole"
+    else:
+        run, whole = RUN, request.getfixturevalue("uninterrupted")
+    restarted = start([*torchrun(port=free_port(), max_restarts=1), *SCRIPT, *run, "--output-dir", "out"], tmp_path)
     workers = worker_pids(restarted)
     cut_short = tmp_path / "out" / "checkpoint-4"
     deadline = time.monotonic() + 300
@@ -162,14 +199,15 @@ def test_torchrun_restarts_a_killed_worker_and_the_run_resumes_by_itself(kill: s
     psutil.Process(workers[killed]).kill()
     if kill == "during a save":
         assert not (cut_short / "trainer_state.json").exists(), "the kill came after the save: nothing was tested"
-    output, _ = wait_all(restarted, whole, timeout=600)
+    (output,) = wait_all(restarted, timeout=600)
+    finished(whole)
 
-    assert "no complete checkpoint-N folder in --output-dir 'out': starting afresh" in output
+    assert "no complete checkpoint-N folder in --output-dir 'out': starting afresh" in output, output[-3000:]
     assert f"failed (exitcode: -9) local_rank: {killed}" in output, output[-3000:]  # torchrun saw the kill
     assert output.count("text: text, ") == 2, output[-3000:]  # and started the script again
     step = resumed_from(output, "out")
-    assert step == 2 if kill == "during a save" else step >= 8
-    assert_same_run(tmp_path / "out", tmp_path / "whole", step)
+    assert step == 2 if kill == "during a save" else step >= 8, f"resumed from step {step}"
+    assert_same_run(tmp_path / "out", whole.folder, step)
 
 
 NODE_1_NAMED = r"lost 1 of 2 processes, silent for 3 s: process 1 \(pid \d+ on node 1 \(host .*, launcher pid {pid}\)\)"
@@ -186,17 +224,18 @@ LOST = {  # how a node is lost -> (that node's --node-rank, what the other says)
 @pytest.mark.parametrize(
     "how", ["killed", *(pytest.param(how, marks=pytest.mark.slow) for how in ("killed, serving the store", "frozen"))]
 )
-def test_a_lost_node_stops_the_other_naming_it_and_both_restarted_resume(how: str, tmp_path: Path) -> None:
+def test_a_lost_node_stops_the_other_naming_it_and_both_restarted_resume(
+    how: str, tmp_path: Path, uninterrupted
+) -> None:
     """Two nodes (torchrun's static rendezvous: node 0 at 127.0.0.1 serves the store) train with
     `--resume-from-checkpoint auto`; after the first checkpoint one node's launcher and its worker are killed
     (SIGKILL: the machine is gone, its sockets closed) or frozen (SIGSTOP: a machine that hangs or is cut off, its
     sockets open; --ddp-timeout 10 bounds the wait). The other node stops by itself, naming the lost one, in a time
-    printed here; both started again resume from the newest complete checkpoint and end with the weights and losses
-    of a run never interrupted."""
+    printed here; both started again (now meeting at a c10d rendezvous, as `torchrun --nnodes 2 --rdzv-backend c10d`
+    on two machines) resume from the newest complete checkpoint and end with the weights and losses of a run never
+    interrupted."""
     write_text(tmp_path)
-    timeout = ("--ddp-timeout", "10") if how == "frozen" else ()
-    run = (*LM_RUN, "--max-steps", "40", *timeout, *AUTO)
-    whole = start([*torchrun(port=free_port()), *SCRIPT, *run, "--output-dir", "whole"], tmp_path)
+    run = (*RUN, "--ddp-timeout", "10") if how == "frozen" else RUN  # the timeout changes no number
     port = free_port()
     nodes = two_torchrun_nodes(tmp_path, *run, "--output-dir", "out", port=port, static=True)
     lost_rank, message = LOST[how]
@@ -215,8 +254,12 @@ def test_a_lost_node_stops_the_other_naming_it_and_both_restarted_resume(how: st
     assert re.search(message.format(pid=lost.pid, port=port), output), output[-3000:]
 
     checkpoint = complete_checkpoints(tmp_path / "out")[-1]
-    again = two_torchrun_nodes(tmp_path, *run, "--output-dir", "out", static=True)
-    outputs = wait_all(*again, whole, timeout=600)
+    again = two_torchrun_nodes(tmp_path, *run, "--output-dir", "out")
+    outputs = wait_all(*again, timeout=600)
+    finished(uninterrupted)
     step = int(checkpoint.name.split("-")[1])
-    assert resumed_from("".join(outputs[:2]), "out") == step
-    assert_same_run(tmp_path / "out", tmp_path / "whole", step)
+    assert resumed_from("".join(outputs), "out") == step
+    assert sum(output.count("text: text, ") for output in outputs) == 1, f"said by node 0 only:\n{logs(*again)}"
+    card = ModelCard.load(tmp_path / "out" / "README.md").text
+    assert "| parallelism | DDP over 2 processes (gloo)" in card, f"the two nodes' model card:\n{card}"
+    assert_same_run(tmp_path / "out", uninterrupted.folder, step)
