@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,17 +31,52 @@ from .workflow_utils import (
 SAVED_FILES = ("config.json", "configuration_turner.py", "modeling_turner.py", "model.safetensors", "README.md")
 
 
+# The quickstart's bad flags (what each must say: argparse's usage error, or the config's own ValueError)
+BAD_FLAGS = {
+    ("--hidden-size", "30"): "`hidden_size`=30 is invalid; it must be divisible by num_attention_heads=4",
+    ("--position-embedding-type", "rope"): "argument --position_embedding_type/--position-embedding-type: invalid",
+}
+EXAMPLE_SCRIPTS = (
+    "finetune_lora.py",
+    "generate.py",
+    "push_to_hub.py",
+    "quickstart.py",
+    "sentence_embeddings.py",
+    "train_causal_lm.py",
+    "train_image_classifier.py",
+    "train_text_classifier.py",
+)
+
+
+@dataclass(frozen=True)
+class QuickstartRuns:
+    """What the short runs printed: a quickstart run (its output folder `folder / "lm"`), the quickstart with each of
+    `BAD_FLAGS`, every example's `--help`; all in `folder`."""
+
+    folder: Path
+    trained: str
+    refused: list[str]
+    helps: list[str]
+
+
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def quickstart_runs(tmp_path_factory: pytest.TempPathFactory) -> QuickstartRuns:
+    """The runs of the tests below that need no folder of their own, in one interpreter (`run_examples`): each
+    interpreter costs ~8 s of imports, more than any of these runs."""
+    folder = tmp_path_factory.mktemp("quickstart")
+    short_run = ("--output-dir", "lm", "--max-steps", "30", "--logging-steps", "5", "--learning-rate", "5e-3")
+    short_run += ("--block-size", "64", "--max-new-tokens", "30", "--per-device-train-batch-size", "8", *TINY_MODEL)
+    runs = [("quickstart.py", *short_run), *(("quickstart.py", *flags) for flags in BAD_FLAGS)]
+    runs += [(script, "--help") for script in EXAMPLE_SCRIPTS]
+    expected = [False] + [True] * len(BAD_FLAGS) + [False] * len(EXAMPLE_SCRIPTS)
+    trained, *outputs = run_examples(runs, tmp_path=folder, expect_failure=expected)
+    return QuickstartRuns(folder, trained, outputs[: len(BAD_FLAGS)], outputs[len(BAD_FLAGS) :])
+
+
+@pytest.fixture(scope="module")
+def quickstart(quickstart_runs: QuickstartRuns) -> tuple[Path, str]:
     """A short quickstart run: (its output folder, what it printed)."""
-    tmp_path = tmp_path_factory.mktemp("quickstart")
-    output = run_example(
-        "quickstart.py",
-        *("--output-dir", "lm", "--max-steps", "30", "--logging-steps", "5", "--learning-rate", "5e-3"),
-        *("--block-size", "64", "--max-new-tokens", "30", "--per-device-train-batch-size", "8", *TINY_MODEL),
-        tmp_path=tmp_path,
-    )
-    return tmp_path / "lm", output
+    return quickstart_runs.folder / "lm", quickstart_runs.trained
 
 
 def test_quickstart_trains_prints_a_sample_and_saves_a_loadable_model(quickstart: tuple[Path, str]) -> None:
@@ -67,32 +103,18 @@ def test_quickstart_trains_prints_a_sample_and_saves_a_loadable_model(quickstart
     assert "trust_remote_code=True" in card.text and 'model_id = "lm"' in card.text
 
 
-def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_valid(tmp_path: Path) -> None:
-    cases = {
-        ("--hidden-size", "30"): "`hidden_size`=30 is invalid; it must be divisible by num_attention_heads=4",
-        ("--position-embedding-type", "rope"): "argument --position_embedding_type/--position-embedding-type: invalid",
-    }
-    outputs = run_examples([("quickstart.py", *flags) for flags in cases], tmp_path=tmp_path, expect_failure=True)
-    for message, output in zip(cases.values(), outputs, strict=True):
+def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_valid(
+    quickstart_runs: QuickstartRuns,
+) -> None:
+    for message, output in zip(BAD_FLAGS.values(), quickstart_runs.refused, strict=True):
         assert message in output, output[-2000:]  # argparse's usage error, or the config's own ValueError
-    assert not (tmp_path / "turner-quickstart").exists()
+    assert not (quickstart_runs.folder / "turner-quickstart").exists(), "a refused run saved a model"
 
 
-def test_every_example_answers_help_with_the_same_flag_names(tmp_path: Path) -> None:
+def test_every_example_answers_help_with_the_same_flag_names(quickstart_runs: QuickstartRuns) -> None:
     common = ("--output-dir", "--max-steps", "--num-train-epochs", "--learning-rate", "--seed")
     common += ("--per-device-train-batch-size", "--per-device-eval-batch-size", "--use-cpu", "--report-to")
-    scripts = (
-        "finetune_lora.py",
-        "generate.py",
-        "push_to_hub.py",
-        "quickstart.py",
-        "sentence_embeddings.py",
-        "train_causal_lm.py",
-        "train_image_classifier.py",
-        "train_text_classifier.py",
-    )
-    outputs = run_examples([(script, "--help") for script in scripts], tmp_path=tmp_path)
-    for script, output in zip(scripts, outputs, strict=True):
+    for script, output in zip(EXAMPLE_SCRIPTS, quickstart_runs.helps, strict=True):
         assert output.startswith(f"usage: {script} "), script
         if script not in ("push_to_hub.py", "generate.py"):  # they train nothing
             assert all(flag in output for flag in common), script
@@ -108,50 +130,51 @@ def test_train_causal_lm_on_a_datasets_folder_with_a_bpe_tokenizer(tmp_path: Pat
             file.write(json.dumps({"body": f"Record {i}: the quick brown fox jumps over the lazy dog {i % 7} times."}))
             file.write("\n")
     args = ("--dataset-name", str(data), "--text-column", "body", "--tokenizer", "bpe", "--vocab-size", "300")
-    output = run_example(
-        "train_causal_lm.py",
-        *args,
-        *("--output-dir", "bpe", "--max-steps", "20", "--logging-steps", "5", "--block-size", "32"),
-        *("--max-new-tokens", "10", "--per-device-train-batch-size", "8", *TINY_MODEL),
+    output, no_column = run_examples(  # one interpreter for both runs: its imports are most of a run's cost
+        [
+            (
+                "train_causal_lm.py",
+                *args,
+                *("--output-dir", "bpe", "--max-steps", "20", "--logging-steps", "5", "--block-size", "32"),
+                *("--max-new-tokens", "10", "--per-device-train-batch-size", "8", *TINY_MODEL),
+            ),
+            ("train_causal_lm.py", "--dataset-name", str(data), "--text-column", "text"),
+        ],
         tmp_path=tmp_path,
+        expect_failure=[False, True],
     )
     losses = training_losses(output)
-    assert losses[-1] < losses[0]
+    assert losses[-1] < losses[0], f"the loss did not fall: {losses}"
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "bpe")
-    assert 256 < len(tokenizer) <= 300  # bytes + specials + merges learned here
-    assert len(tokenizer("the quick brown fox")["input_ids"]) < len("the quick brown fox") / 2
+    assert 256 < len(tokenizer) <= 300, len(tokenizer)  # bytes + specials + merges learned here
+    tokens = tokenizer("the quick brown fox")["input_ids"]
+    assert len(tokens) < len("the quick brown fox") / 2, f"the BPE merges do not shorten the text: {tokens}"
     card = ModelCard.load(tmp_path / "bpe" / "README.md")
-    assert card.data.datasets == ["my_data"]
-
-    output = run_example(
-        "train_causal_lm.py",
-        "--dataset-name",
-        str(data),
-        "--text-column",
-        "text",
-        tmp_path=tmp_path,
-        expect_failure=True,
-    )
-    assert "the dataset has no column 'text': its columns are ['body']" in output
+    assert card.data.datasets == ["my_data"], card.data.datasets
+    assert "the dataset has no column 'text': its columns are ['body']" in no_column, no_column[-2000:]
 
 
 def test_train_causal_lm_continues_a_saved_model_on_a_text_file(quickstart: tuple[Path, str], tmp_path: Path) -> None:
     text_file = tmp_path / "zen.txt"
     text_file.write_text("Beautiful is better than ugly.\nExplicit is better than implicit.\n" * 40)
-    output = run_example(
-        "train_causal_lm.py",
-        *("--model-name-or-path", str(quickstart[0]), "--train-file", str(text_file), "--output-dir", "zen"),
-        *("--max-steps", "10", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+    output, no_folder = run_examples(  # one interpreter for both runs: its imports are most of a run's cost
+        [
+            (
+                "train_causal_lm.py",
+                *("--model-name-or-path", str(quickstart[0]), "--train-file", str(text_file), "--output-dir", "zen"),
+                *("--max-steps", "10", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+            ),
+            ("train_causal_lm.py", "--model-name-or-path", "no-such-folder"),
+        ],
         tmp_path=tmp_path,
+        expect_failure=[False, True],
     )
-    assert "text: zen" in output
+    assert "text: zen" in output, output[-2000:]
     card = ModelCard.load(tmp_path / "zen" / "README.md")
-    assert card.data.base_model == str(quickstart[0]) and "fine-tuned from" in card.text
-
-    output = run_example(
-        "train_causal_lm.py", "--model-name-or-path", "no-such-folder", tmp_path=tmp_path, expect_failure=True
-    )
-    assert "OSError" in output and "offline mode" in output  # from_pretrained's own message (HF_HUB_OFFLINE=1)
+    assert card.data.base_model == str(quickstart[0]), card.data.base_model
+    assert "fine-tuned from" in card.text, card.text
+    # from_pretrained's own message (HF_HUB_OFFLINE=1)
+    assert "OSError" in no_folder and "offline mode" in no_folder, no_folder[-2000:]
 
 
 def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
@@ -161,18 +184,26 @@ def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
 
     code = "\n".join(path.read_text() for path in sorted(EXAMPLES.glob("*.py")))
     (tmp_path / "code.txt").write_text(code)
-    output = run_example(
-        "finetune_lora.py",
-        *("--model-name-or-path", str(quickstart[0]), "--train-file", "code.txt", "--output-dir", "lora"),
-        *("--max-steps", "15", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+    base = ("--model-name-or-path", str(quickstart[0]))
+    output, wrong_target = run_examples(  # one interpreter for both runs: its imports are most of a run's cost
+        [
+            (
+                "finetune_lora.py",
+                *(*base, "--train-file", "code.txt", "--output-dir", "lora"),
+                *("--max-steps", "15", "--logging-steps", "5", "--block-size", "64", "--max-new-tokens", "20"),
+            ),
+            ("finetune_lora.py", *base, "--target-modules", "c_attn", "--block-size", "64"),
+        ],
         tmp_path=tmp_path,
+        expect_failure=[False, True],
     )
     trainable = printed_number(output, "trainable%:")
-    assert 0 < trainable < 10
-    assert "merged model matches the adapter model" in output
-    assert listed_files(output, "saved to") == listed_files(WORKFLOWS_PAGE.read_text(), "saved to ./turner-lora/")
+    assert 0 < trainable < 10, trainable
+    assert "merged model matches the adapter model" in output, output[-2000:]
+    documented = listed_files(WORKFLOWS_PAGE.read_text(), "saved to ./turner-lora/")
+    assert listed_files(output, "saved to") == documented, "finetune_lora.py saved other files than the page shows"
     adapter_config = json.loads((tmp_path / "lora" / "adapter" / "adapter_config.json").read_text())
-    assert sorted(adapter_config["target_modules"]) == ["qkv_proj"]
+    assert sorted(adapter_config["target_modules"]) == ["qkv_proj"], adapter_config["target_modules"]
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "lora")
     inputs = tokenizer(["def main(argv):", "return parser"], return_tensors="pt", padding=True)
@@ -183,17 +214,11 @@ def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(
         adapter_logits = adapter_model(**inputs).logits
         merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora").eval()
         merged_logits = merged(**inputs).logits
-    assert not any("lora" in name for name, _ in merged.named_parameters())
-    assert (adapter_logits - base_logits).abs().max() > 1e-4  # the adapter learned something
+    assert not any("lora" in name for name, _ in merged.named_parameters()), "the merged model kept LoRA layers"
+    assert (adapter_logits - base_logits).abs().max() > 1e-4, "the adapter learned nothing"
     torch.testing.assert_close(merged_logits, adapter_logits, atol=1e-4, rtol=1e-4)
-
-    output = run_example(
-        "finetune_lora.py",
-        *("--model-name-or-path", str(quickstart[0]), "--target-modules", "c_attn", "--block-size", "64"),
-        tmp_path=tmp_path,
-        expect_failure=True,
-    )
-    assert "c_attn" in output and "not found in the base model" in output  # PEFT's own message
+    # PEFT's own message
+    assert "c_attn" in wrong_target and "not found in the base model" in wrong_target, wrong_target[-2000:]
 
 
 def test_text_classifier_fine_tunes_the_language_model_on_a_csv(quickstart: tuple[Path, str], tmp_path: Path) -> None:
@@ -203,28 +228,30 @@ def test_text_classifier_fine_tunes_the_language_model_on_a_csv(quickstart: tupl
         for i in range(60):
             writer.writerow([f"What a lovely, happy day number {i}!", "happy"])
             writer.writerow([f"Error {i}: the build failed again.", "sad"])
-    output = run_example(
-        "train_text_classifier.py",
-        *("--train-file", "moods.csv", "--text-column", "sentence", "--label-column", "mood"),
-        *("--model-name-or-path", str(quickstart[0]), "--output-dir", "moods", "--num-train-epochs", "3"),
-        *("--logging-steps", "5", "--per-device-train-batch-size", "8"),
+    output, no_label = run_examples(  # one interpreter for both runs: its imports are most of a run's cost
+        [
+            (
+                "train_text_classifier.py",
+                *("--train-file", "moods.csv", "--text-column", "sentence", "--label-column", "mood"),
+                *("--model-name-or-path", str(quickstart[0]), "--output-dir", "moods", "--num-train-epochs", "3"),
+                *("--logging-steps", "5", "--per-device-train-batch-size", "8"),
+            ),
+            ("train_text_classifier.py", "--train-file", "moods.csv", "--text-column", "sentence"),
+        ],
         tmp_path=tmp_path,
+        expect_failure=[False, True],
     )
     accuracy = printed_number(output, "test accuracy:")
     assert accuracy >= 0.9, output[-2000:]
     classifier = pipeline("text-classification", model=str(tmp_path / "moods"))
-    assert classifier("Error 999: the build failed again.")[0]["label"] == "sad"
+    prediction = classifier("Error 999: the build failed again.")[0]
+    assert prediction["label"] == "sad", prediction
     card = ModelCard.load(tmp_path / "moods" / "README.md")
-    assert card.data.pipeline_tag == "text-classification"
-    assert card.data.eval_results[0].metric_value == pytest.approx(accuracy, abs=1e-4)
-
-    output = run_example(
-        "train_text_classifier.py",
-        *("--train-file", "moods.csv", "--text-column", "sentence"),
-        tmp_path=tmp_path,
-        expect_failure=True,
+    assert card.data.pipeline_tag == "text-classification", card.data.pipeline_tag
+    assert card.data.eval_results[0].metric_value == pytest.approx(accuracy, abs=1e-4), (
+        "the card's accuracy is not the run's"
     )
-    assert "--label_column 'label' is not valid" in output and "['sentence', 'mood']" in output
+    assert "--label_column 'label' is not valid" in no_label and "['sentence', 'mood']" in no_label, no_label[-2000:]
 
 
 @pytest.mark.slow
