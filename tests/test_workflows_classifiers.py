@@ -12,10 +12,11 @@ from transformers import pipeline
 from .workflow_utils import (
     TINY_MODEL,
     WORKFLOWS_PAGE,
+    checked_output,
     listed_files,
     printed_number,
     run_example,
-    run_examples,
+    run_examples_unchecked,
     training_losses,
 )
 
@@ -42,10 +43,11 @@ BAD_DATA = {
 
 
 @pytest.fixture(scope="module")
-def classifier_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """The runs of the tests below, in one interpreter (`run_examples`: each interpreter costs ~8 s of imports): a text
-    classifier trained on the built-in task (into `cp`), an image classifier on a folder of digits (into `img`), and
-    the `BAD_DATA` runs. Returns their folder and what each printed, by name."""
+def classifier_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[int, str]]]:
+    """The runs of the tests below, in one interpreter (`run_examples_unchecked`: each interpreter costs ~8 s of
+    imports): a text classifier trained on the built-in task (into `cp`), an image classifier on a folder of digits
+    (into `img`), and the `BAD_DATA` runs. Returns their folder and each run's (exit status, output) by name: each
+    test checks its own runs with `checked_output`, so a broken run fails its test only."""
     folder = tmp_path_factory.mktemp("classifiers")
     write_digit_folder(folder / "digits", classes=(0, 1, 7), per_class=40)
     (folder / "empty" / "cats").mkdir(parents=True)
@@ -63,13 +65,11 @@ def classifier_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
         ),
         **BAD_DATA,
     }
-    expected = [name in BAD_DATA for name in runs]
-    outputs = run_examples(list(runs.values()), tmp_path=folder, expect_failure=expected)
-    return folder, dict(zip(runs, outputs, strict=True))
+    return folder, dict(zip(runs, run_examples_unchecked(list(runs.values()), tmp_path=folder), strict=True))
 
 
-def test_text_classifier_learns_the_built_in_code_or_prose_task(classifier_runs: tuple[Path, dict[str, str]]) -> None:
-    folder, output = classifier_runs[0], classifier_runs[1]["text"]
+def test_text_classifier_learns_the_built_in_code_or_prose_task(classifier_runs: tuple[Path, dict]) -> None:
+    folder, output = classifier_runs[0], checked_output(*classifier_runs[1]["text"])
     accuracy = printed_number(output, "test accuracy:")
     assert accuracy >= 0.75, output[-3000:]
     losses = training_losses(output)
@@ -87,9 +87,9 @@ def test_text_classifier_learns_the_built_in_code_or_prose_task(classifier_runs:
 
 
 def test_image_classifier_trains_on_an_image_folder_and_saves_its_processor(
-    classifier_runs: tuple[Path, dict[str, str]],
+    classifier_runs: tuple[Path, dict],
 ) -> None:
-    folder, output = classifier_runs[0], classifier_runs[1]["image"]
+    folder, output = classifier_runs[0], checked_output(*classifier_runs[1]["image"])
     assert "data: digits, 96 training and 24 test images, 3 classes" in output, output[-3000:]
     assert printed_number(output, "test accuracy:") >= 0.6, output[-3000:]
     assert (folder / "img" / "preprocessor_config.json").is_file(), "no image processor saved"
@@ -104,8 +104,10 @@ def test_image_classifier_trains_on_an_image_folder_and_saves_its_processor(
     assert "8x8 images, 4x4 patches (4 + class token)" in card.text, card.text
 
 
-def test_classifier_scripts_name_bad_data_clearly(classifier_runs: tuple[Path, dict[str, str]]) -> None:
-    empty, patch, table, test_only = (classifier_runs[1][name] for name in BAD_DATA)
+def test_classifier_scripts_name_bad_data_clearly(classifier_runs: tuple[Path, dict]) -> None:
+    empty, patch, table, test_only = (
+        checked_output(*classifier_runs[1][name], expect_failure=True) for name in BAD_DATA
+    )
     assert "ValueError: no images (.png, " in empty and "class sub-folders of 'empty'" in empty, empty[-2000:]
     assert "`patch_size`=3 is invalid" in patch and "Traceback" not in patch, patch[-2000:]  # refused as it is parsed
     expected_table = "--train_file 'data.txt' is not valid: expected a .csv, .json, .jsonl file"
