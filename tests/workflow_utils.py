@@ -165,9 +165,10 @@ def run_examples(
 ) -> list[str]:
     """Run each of `runs` ("NAME.py", *args) as `python -m examples.NAME ARGS` runs it, one after another in one
     Python process (in `tmp_path`, with `env` or `script_env`): what a user sees of each, for the price of one
-    interpreter and one `import torch, transformers`. For runs that stop early (`--help`, a flag or a file refused)
-    and short ones; a training run gets a process of its own (`run_example`). Fails the test, showing the output's
-    tail, when a run's exit status is not what was expected; returns each run's output."""
+    interpreter and one `import torch, transformers` (~8 s of CPU, more than a tiny training run costs). For runs
+    that stop early (`--help`, a flag or a file refused) and tiny trainings whose outputs a test reads; a run that is
+    killed, launched or timed gets a process of its own (`run_example`, `start`). Fails the test, showing the
+    output's tail, when a run's exit status is not what was expected; returns each run's output."""
     expected = expect_failure if isinstance(expect_failure, list) else [expect_failure] * len(runs)
     results = run_examples_unchecked(runs, tmp_path=tmp_path, env=env, timeout=timeout)
     return [checked_output(*result, expect_failure=failure) for result, failure in zip(results, expected, strict=True)]
