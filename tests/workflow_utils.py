@@ -115,10 +115,11 @@ def run_example(
         text=True,
         timeout=timeout,
     )
-    return _checked(result.returncode, result.stdout + result.stderr, expect_failure)
+    return checked_output(result.returncode, result.stdout + result.stderr, expect_failure)
 
 
-def _checked(status: int, output: str, expect_failure: bool) -> str:
+def checked_output(status: int, output: str, expect_failure: bool = False) -> str:
+    """A run's `output`; fails the test, showing the output's tail, when its exit `status` is not what was expected."""
     output = output.replace("\r", "\n")
     assert (status != 0) == expect_failure, f"exit status {status}; output ends:\n{output[-4000:]}"
     return output
@@ -164,10 +165,21 @@ def run_examples(
 ) -> list[str]:
     """Run each of `runs` ("NAME.py", *args) as `python -m examples.NAME ARGS` runs it, one after another in one
     Python process (in `tmp_path`, with `env` or `script_env`): what a user sees of each, for the price of one
-    interpreter and one `import torch, transformers`. For runs that stop early (`--help`, a flag or a file refused)
-    and short ones; a training run gets a process of its own (`run_example`). Fails the test, showing the output's
-    tail, when a run's exit status is not what was expected; returns each run's output."""
+    interpreter and one `import torch, transformers` (~8 s of CPU, more than a tiny training run costs). For runs
+    that stop early (`--help`, a flag or a file refused) and tiny trainings whose outputs a test reads; a run that is
+    killed, launched or timed gets a process of its own (`run_example`, `start`). Fails the test, showing the
+    output's tail, when a run's exit status is not what was expected; returns each run's output."""
     expected = expect_failure if isinstance(expect_failure, list) else [expect_failure] * len(runs)
+    results = run_examples_unchecked(runs, tmp_path=tmp_path, env=env, timeout=timeout)
+    return [checked_output(*result, expect_failure=failure) for result, failure in zip(results, expected, strict=True)]
+
+
+def run_examples_unchecked(
+    runs: list[tuple[str, ...]], *, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> list[tuple[int, str]]:
+    """`run_examples`, returning each run's (exit status, output) unchecked: for a module's fixture that runs what
+    several tests check, each test then checking its own runs with `checked_output` (a run that fails unexpectedly
+    fails its test only)."""
     logs = [
         [tmp_path / f"run-{time.monotonic_ns()}-{index}.{kind}" for kind in ("out", "err")]
         for index in range(len(runs))
@@ -187,7 +199,7 @@ def run_examples(
     assert len(statuses) == len(runs), (  # the process died: the output of the run it died in, and its own
         f"{len(statuses)} of {len(runs)} runs ended:\n{outputs[len(statuses)][-3000:]}\n{result.stderr[-1000:]}"
     )
-    return [_checked(*checked) for checked in zip(statuses, outputs, expected, strict=True)]
+    return list(zip(statuses, outputs, strict=True))
 
 
 def training_losses(output: str) -> list[float]:
