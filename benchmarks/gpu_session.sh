@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The GPU checks of one lent GPU machine, prepared to fit its device time (15 minutes a session, 10 a command): each
-# stage is one command on the machine, its output and JSON written to $OUT (default: gpu-session/). The machine has no
-# package index: wheels put in /.whl/ here (git-ignored; carry it) are installed first, without dependencies, e.g.
+# The GPU checks of one lent GPU machine, prepared to fit its device time (15 minutes a session, machine start
+# included; 10 a command): each stage is one command on the machine, its output and JSON written to $OUT (default:
+# gpu-session/). The machine has no package index: wheels put in .whl/ here (git-ignored; carry it) are installed
+# first, without dependencies, e.g.
 #   pip download --no-deps -d .whl liger-kernel==0.8.5     # pure Python; triton comes with the machine's torch
-#   bash benchmarks/gpu_session.sh tests       # pytest -m gpu (about 4 minutes on an H200, 2026-11-27)
-#   bash benchmarks/gpu_session.sh training    # the column's training and Trainer rows (about 6 minutes on an H100)
-#   bash benchmarks/gpu_session.sh decoding    # the decoding rows and a kernel profile of a static decoding step each
-# Estimates per section: `python -m benchmarks.gpu_column` prints them before it starts.
+#   bash benchmarks/gpu_session.sh tests       # pytest -m gpu (24 tests took 130 s on an H200, 2026-11-27; more now)
+#   bash benchmarks/gpu_session.sh training    # the column's training and Trainer rows (estimate: 5.5 min on an H100)
+#   bash benchmarks/gpu_session.sh decoding    # its decoding rows (2.5 min), then a kernel profile of a static-cache
+#                                              # generate() call per model at batch 1 and 64 (compiles 4 times)
+#   bash benchmarks/gpu_session.sh batching    # the continuous-batching row (1.9 min)
+# The first three together come near a session's 15 minutes: a session that runs them all has no time to run one
+# again. Estimates: `python -m benchmarks.gpu_column` prints them before it starts (H100_SECONDS there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-}
-if [[ ! $stage =~ ^(tests|training|decoding)$ ]]; then
-  echo "usage: bash benchmarks/gpu_session.sh tests | training | decoding" >&2
+if [[ ! $stage =~ ^(tests|training|decoding|batching)$ ]]; then
+  echo "usage: bash benchmarks/gpu_session.sh tests | training | decoding | batching" >&2
   exit 2
 fi
 out=${OUT:-gpu-session}
@@ -35,12 +39,16 @@ case $stage in
       >"$out/gpu_column_training.txt" 2>&1
     ;;
   decoding)
-    python -m benchmarks.gpu_column --sections decode decode-static continuous-batching \
-      --json "$out/gpu_column_decoding.json" >"$out/gpu_column_decoding.txt" 2>&1
+    python -m benchmarks.gpu_column --sections decode decode-static --json "$out/gpu_column_decoding.json" \
+      >"$out/gpu_column_decoding.txt" 2>&1
     for batch in 1 64; do
       python -m benchmarks.profile_generate --device cuda --dtype bf16 --shape gpt2-small --mode static-compile \
         --batch "$batch" --rows 25 --json "$out/profile_static_b$batch.json" >"$out/profile_static_b$batch.txt" 2>&1
     done
+    ;;
+  batching)
+    python -m benchmarks.gpu_column --sections continuous-batching --json "$out/gpu_column_batching.json" \
+      >"$out/gpu_column_batching.txt" 2>&1
     ;;
 esac
 uptime >>"$out/machine.txt"
