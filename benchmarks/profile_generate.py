@@ -14,7 +14,6 @@ static cache compiled, on the CPU and at GPT-2's shape on a GPU:
 from __future__ import annotations
 
 import argparse
-from argparse import Namespace
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +70,11 @@ def top_events(events: Any, sort_by: str, rows: int) -> list[dict[str, Any]]:
 
 @torch.inference_mode()
 def profile_one(
-    name: str, build: Callable[[LMShape], torch.nn.Module], shape: LMShape, prompt: torch.Tensor, args: Namespace
+    name: str,
+    build: Callable[[LMShape], torch.nn.Module],
+    shape: LMShape,
+    prompt: torch.Tensor,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """One model's profiled call (after `args.warmup` unprofiled ones): its table printed, its totals returned."""
     model = build_on(args.device, build, shape).to(DTYPES[args.dtype]).eval()
