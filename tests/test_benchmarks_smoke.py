@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 
 from .workflow_utils import run_module
 
@@ -148,22 +149,53 @@ def test_profile_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_the_gpu_session_script_runs_every_column_section_with_arguments_its_modules_accept() -> None:
     """`benchmarks/gpu_session.sh`'s commands, as its stages give them (the device named cpu: this machine has no
-    GPU), parse with each module's own parser, and its stages together run every section of the GPU column."""
+    GPU), parse with each module's own parser, its stages together run every section of the GPU column, and each
+    stage on the machine checks the carried wheels before it runs anything else."""
     import shlex
 
     from benchmarks import gpu_column
 
     script = (Path(gpu_column.__file__).parent / "gpu_session.sh").read_text().replace("\\\n", " ")
-    commands = re.findall(r"python -m (benchmarks\.\w+) ([^>\n]*)", script)
-    assert {module for module, _ in commands} == {"benchmarks.gpu_column", "benchmarks.profile_generate"}
-    sections = []
+    commands = re.findall(r"python3 -m (benchmarks\.\w+) ([^>|\n]*?)\s*\d?(?:[>|]|$)", script, re.MULTILINE)
+    modules = {"benchmarks.gpu_column", "benchmarks.profile_generate", "benchmarks.gpu_wheels"}
+    assert {module for module, _ in commands} == modules
+    sections, wheel_actions = [], []
     for module, arguments in commands:
         args = [arg.replace("$out", "gpu-session").replace("$batch", "1") for arg in shlex.split(arguments)]
+        if module == "benchmarks.gpu_wheels":
+            wheel_actions.append(importlib.import_module(module).parse_args(args).action)
+            continue
         args = ["cpu" if before == "--device" else arg for before, arg in zip(["", *args[:-1]], args, strict=True)]
         args += [] if "--device" in args else ["--device", "cpu"]  # gpu_column's default device is cuda
         parsed = importlib.import_module(module).parse_args(args)
         sections += getattr(parsed, "sections", [])
     assert sorted(sections) == sorted(gpu_column.SECTIONS)
+    assert wheel_actions == ["download", "check"]
+    assert script.index("gpu_wheels check") < script.index("case $stage in"), "the check runs before every stage"
+
+
+def test_gpu_wheels_names_each_unmet_requirement_and_downloads_this_environments_versions() -> None:
+    """What `gpu_session.sh` checks on the GPU machine and carries there: an unmet requirement is named with the
+    version found and the range wanted, a missing one as missing; the download pins what is installed here."""
+    import importlib.metadata
+
+    from benchmarks import gpu_wheels
+
+    installed = importlib.metadata.version("transformers")
+    assert gpu_wheels.unmet([f"transformers=={installed}", "torch>=999"]) == []  # torch: the GPU image's own
+    assert gpu_wheels.unmet(["transformers>=999"]) == [
+        f"transformers {installed} is installed; needs transformers>=999"
+    ]
+    assert gpu_wheels.unmet(["no-such-distribution-here>=1"]) == [
+        "no-such-distribution-here is not installed (needs no-such-distribution-here>=1)"
+    ]
+    assert gpu_wheels.unmet(['transformers>=999; extra == "docs"']) == [], "an extra's requirement is not the package's"
+    wanted = {Requirement(spec).name for spec in gpu_wheels.project_requirements()}
+    assert {"torch", "transformers", "datasets", "liger-kernel"} <= wanted
+    command = gpu_wheels.download_command(["transformers", "torch"], folder="wheels")
+    assert command[command.index("-d") + 1] == "wheels" and "--no-deps" in command
+    assert command[-2:] == [f"transformers=={installed}", f"torch=={importlib.metadata.version('torch')}"]
+    assert command[command.index("--python-version") + 1] == gpu_wheels.DEVICE_PYTHON
 
 
 def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
