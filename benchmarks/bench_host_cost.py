@@ -15,9 +15,13 @@ For each contender and case, these axes:
 * Python calls: the function calls `cProfile` counts (Python functions and built-ins).
 
 Cases: `dynamic` (`generate()` greedy with the default dynamic cache), `static` (`cache_implementation="static"`,
-eager), and `forward` (a training forward, `model(input_ids, labels=input_ids)` in train mode). Per generated token
-is the difference between a call with `--new-tokens` and one with twice as many, divided by the extra tokens: the
-prompt and generate()'s set-up cancel out. The minimal GPT runs its own greedy loop (dynamic only).
+eager), and `forward` (a training forward, `model(input_ids, labels=input_ids)` in train mode); on request
+`static-compile`, the static cache with the decoding step compiled (inductor, `bench_generate.compile_config`; compiled
+before anything is counted), where the model's own Python is inside the graph and what is left per token is
+generate()'s loop and the compiled call's wrappers and guards: on a GPU, under CUDA graphs, most of a small model's
+step. Per generated token is the difference between a call with `--new-tokens` and one with twice as many, divided by
+the extra tokens: the prompt and generate()'s set-up cancel out. The minimal GPT runs its own greedy loop (dynamic
+only).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from benchmarks.bench_generate import generate_fn
 from benchmarks.peers import LMShape, gpt2_lm, minimal_lm, turner_lm
 
 CASES = ["dynamic", "static", "forward"]
+OPTIONAL_CASES = ["static-compile"]  # compiles each model twice (the long call's cache is longer): not by default
 AXES = ("seconds", "aten_ops", "top_level_ops", "python_calls")  # what each case counts per contender
 
 
@@ -87,6 +92,9 @@ def bench(shape: LMShape, case: str, prompt_len: int, new_tokens: int, repeats: 
     prompt = torch.randint(0, shape.vocab, (1, prompt_len))
     calls = calls_of(models, case, prompt, new_tokens)
     with torch.inference_mode() if case != "forward" else torch.enable_grad():
+        if case == "static-compile":  # compile outside the counts and the timing
+            for call in (call for pair in calls.values() for call in pair):
+                call()
         counted = {name: [aten_ops(c) if c else (None, None) for c in pair] for name, pair in calls.items()}
         ops, top_ops = (
             {name: per_unit(*(counts[axis] for counts in pair), new_tokens) for name, pair in counted.items()}
@@ -120,7 +128,7 @@ def bench(shape: LMShape, case: str, prompt_len: int, new_tokens: int, repeats: 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
+    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES + OPTIONAL_CASES)
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32, help="the short call's; the long call makes twice")
     benchutils.add_shape_arguments(parser, layers=12, heads=4, features=32)

@@ -215,6 +215,16 @@ def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(result["turner_ratio"]["python_calls"]) == names - {"turner"}
 
 
+def test_host_cost_of_the_compiled_static_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The optional case: compiled before it is counted, so a token costs Turner and GPT-2 a few hundred Python calls
+    (generate()'s loop and the compiled call's wrappers), not the thousands a compilation makes."""
+    args = ["--layers", "2", "--heads", "2", "--features", "16", "--prompt", "3", "--new-tokens", "2"]
+    args += ["--cases", "static-compile", "--repeats", "2", "--warmup", "1"]
+    (result,) = run_script("bench_host_cost.py", args, tmp_path, monkeypatch)["results"]
+    assert result["case"] == "static-compile" and set(result["python_calls"]) == {"turner", "gpt2"}
+    assert all(0 < calls < 5000 for calls in result["python_calls"].values()), result["python_calls"]
+
+
 def test_vision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--layers", "1", "--heads", "2", "--features", "32", "--image-size", "32", "--patch-size", "8"]
     payload = run_script(
