@@ -26,13 +26,14 @@ out=${OUT:-gpu-session}
 mkdir -p "$out"
 export HF_HUB_OFFLINE=1
 if compgen -G ".whl/*.whl" >/dev/null; then python3 -m pip install -q --no-index --no-deps .whl/*.whl; fi
+# before anything imports transformers: an unmet requirement is named, not met as an import error
+python3 -m benchmarks.gpu_wheels check 2>&1 | tee "$out/machine.txt"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   uptime
-} >"$out/machine.txt"
-python3 -m benchmarks.gpu_wheels check 2>&1 | tee -a "$out/machine.txt"
+} >>"$out/machine.txt"
 
 case $stage in
   tests)
