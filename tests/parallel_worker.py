@@ -27,7 +27,13 @@ from transformers.utils import logging as hf_logging
 
 from tests import fsdp_worker
 from tests.tiny import image_config, random_ids, text_config
-from turner_tfm import TurnerForImageClassification, TurnerForSequenceClassification
+from turner_tfm import (
+    TurnerForImageClassification,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
+    TurnerForSequenceClassification,
+    TurnerForTokenClassification,
+)
 
 TOLERANCE = 1e-5
 # Each case: the head and the config fields that differ from tests/tiny.py's defaults (vocabulary 99 and MLP width 37,
@@ -48,6 +54,9 @@ CASES = {
     "no-biases": ("lm", {"attention_bias": False, "mlp_bias": False}),
     "sequence-classifier": ("text-classifier", {"is_causal": False, "num_labels": 3}),
     "image-classifier": ("image-classifier", {}),
+    "masked-lm": ("masked-lm", {"is_causal": False}),  # its head `lm_head` vocabulary-parallel, tied
+    "token-classifier": ("token-classifier", {"is_causal": False, "num_labels": 3}),
+    "question-answering": ("question-answering", {}),
     # the long sweep (test_parallel.py's slow test): switches together
     "everything": (
         "lm",
@@ -83,6 +92,9 @@ MODEL_CLASSES = {
     "lm": AutoModelForCausalLM,
     "text-classifier": TurnerForSequenceClassification,
     "image-classifier": TurnerForImageClassification,
+    "masked-lm": TurnerForMaskedLM,
+    "token-classifier": TurnerForTokenClassification,
+    "question-answering": TurnerForQuestionAnswering,
 }
 
 
@@ -117,10 +129,16 @@ def model_inputs(case: str, batch: int = 2, seed: int = 0) -> dict[str, torch.Te
     return inputs
 
 
-def labels_for(case: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    if CASES[case][0] == "lm":
-        return inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
-    return torch.tensor([0, 2])
+def targets_for(case: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the case's head computes its loss from."""
+    head, ids = CASES[case][0], inputs.get("input_ids")
+    if head in ("lm", "masked-lm"):
+        return {"labels": ids.masked_fill(inputs["attention_mask"] == 0, -100)}
+    if head == "token-classifier":
+        return {"labels": (ids % 3).masked_fill(inputs["attention_mask"] == 0, -100)}
+    if head == "question-answering":
+        return {"start_positions": torch.tensor([4, 1]), "end_positions": torch.tensor([7, 5])}
+    return {"labels": torch.tensor([0, 2])}
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -164,7 +182,7 @@ def check_tensor_parallel(case: str, work_dir: Path) -> None:
     inputs = model_inputs(case)
     reference.eval(), sharded.eval()
     with torch.no_grad():
-        expect_close(case, "eval logits", sharded(**inputs).logits, reference(**inputs).logits)
+        expect_close(case, "eval logits", sharded(**inputs)[0], reference(**inputs)[0])  # (start) logits
         for implementation in ("eager", "sdpa"):  # every head's attention weights, as in one process
             reference.set_attn_implementation(implementation), sharded.set_attn_implementation(implementation)
             expected = reference(**inputs, output_attentions=True).attentions
@@ -173,8 +191,8 @@ def check_tensor_parallel(case: str, work_dir: Path) -> None:
                 expect_close(case, f"{implementation} attention weights of layer {layer}", actual, wanted)
 
     reference.train(), sharded.train()
-    labels = labels_for(case, inputs)
-    expected_loss, loss = reference(**inputs, labels=labels).loss, sharded(**inputs, labels=labels).loss
+    targets = targets_for(case, inputs)
+    expected_loss, loss = reference(**inputs, **targets).loss, sharded(**inputs, **targets).loss
     expect_close(case, "training loss", loss, expected_loss)
     expected_loss.backward(), loss.backward()
     expected_grads = dict(reference.named_parameters())

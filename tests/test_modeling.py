@@ -1,4 +1,4 @@
-"""The transformers model contract, checked on all four classes the way transformers checks its own models."""
+"""The transformers model contract, checked on every class the way transformers checks its own models."""
 
 import ast
 import inspect
@@ -11,7 +11,10 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForImageClassification,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     masking_utils,
 )
 
@@ -20,7 +23,10 @@ from turner_tfm import (
     TurnerConfig,
     TurnerForCausalLM,
     TurnerForImageClassification,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
+    TurnerForTokenClassification,
     TurnerModel,
 )
 from turner_tfm.compat_turner import output_cache
@@ -54,7 +60,30 @@ CASES = {
         text_inputs,
     ),
     "image_classification": (TurnerForImageClassification, lambda **kw: image_config(**kw), image_inputs),
+    "masked_lm": (TurnerForMaskedLM, lambda **kw: text_config(**{"is_causal": False, **kw}), text_inputs),
+    "token_classification": (
+        TurnerForTokenClassification,
+        lambda **kw: text_config(**{"is_causal": False, "num_labels": 3, **kw}),
+        text_inputs,
+    ),
+    "question_answering": (TurnerForQuestionAnswering, lambda **kw: text_config(**kw), text_inputs),
 }
+
+
+def training_targets(case: str, inputs: dict) -> dict[str, torch.Tensor]:
+    """What each head's loss takes, for `inputs` (3 text rows, or 2 images)."""
+    ids = inputs.get("input_ids")
+    return {
+        "causal_lm": lambda: {"labels": ids},
+        "masked_lm": lambda: {"labels": ids},
+        "token_classification": lambda: {"labels": ids % 3},
+        "question_answering": lambda: {
+            "start_positions": torch.tensor([4, 0, 2]),
+            "end_positions": torch.tensor([6, 3, 2]),
+        },
+        "sequence_classification": lambda: {"labels": torch.tensor([0, 2, 1])},
+        "image_classification": lambda: {"labels": torch.tensor([0, 2])},
+    }[case]()
 
 
 def build(case: str, **config_overrides):
@@ -64,13 +93,14 @@ def build(case: str, **config_overrides):
 
 
 def main_output(outputs) -> torch.Tensor:
-    return outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+    """A head's logits (the start logits of a span), or the backbone's last hidden states."""
+    return outputs[0]
 
 
 def real_positions(outputs: torch.Tensor, inputs: dict) -> torch.Tensor:
     """Outputs at real tokens only: what padded positions hold is not defined."""
     mask = inputs.get("attention_mask")
-    if mask is None or outputs.ndim < 3:
+    if mask is None or outputs.shape[:2] != mask.shape:  # not one output a token
         return outputs
     return outputs[mask.bool()]
 
@@ -150,6 +180,9 @@ def test_save_and_load_round_trip_is_exact(case, tmp_path):
         (AutoModelForCausalLM, "causal_lm"),
         (AutoModelForSequenceClassification, "sequence_classification"),
         (AutoModelForImageClassification, "image_classification"),
+        (AutoModelForMaskedLM, "masked_lm"),
+        (AutoModelForTokenClassification, "token_classification"),
+        (AutoModelForQuestionAnswering, "question_answering"),
     ],
 )
 def test_auto_classes_load_the_turner_class(auto_class, case, tmp_path):
@@ -248,11 +281,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(case):
 def test_training_step_updates_every_parameter(case):
     model, inputs = build(case)
     model.train()
-    labels = inputs["input_ids"] if "input_ids" in inputs else torch.tensor([0, 2])
     if case.startswith("model"):
         loss = model(**inputs).last_hidden_state.pow(2).mean()
     else:
-        loss = model(**inputs, labels=labels if case != "sequence_classification" else torch.tensor([0, 2, 1])).loss
+        loss = model(**inputs, **training_targets(case, inputs)).loss
     loss.backward()
     without_grad = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert without_grad == []

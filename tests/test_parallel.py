@@ -20,7 +20,10 @@ from turner_tfm import (
     TurnerConfig,
     TurnerForCausalLM,
     TurnerForImageClassification,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
+    TurnerForTokenClassification,
     TurnerModel,
 )
 
@@ -73,7 +76,7 @@ def launch_ranks(*checks: str, tmp_path: Path, timeout: float = 300) -> str:
     return "\n".join(outputs)
 
 
-TP_CASES = [*SWITCHES, "sequence-classifier", "image-classifier"]
+TP_CASES = [*SWITCHES, "sequence-classifier", "image-classifier", "masked-lm", "token-classifier", "question-answering"]
 FSDP_CASES = ["tied", "untied"]
 
 
@@ -174,6 +177,10 @@ def all_names(model: torch.nn.Module) -> set[str]:
         (TurnerForSequenceClassification, text_config(is_causal=False, use_pooler=True, classifier_pooling="cls")),
         (TurnerForImageClassification, image_config()),
         (TurnerModel, text_config(mlp_hidden_layers=2, share_query_key=True)),
+        (TurnerForMaskedLM, text_config(is_causal=False)),
+        (TurnerForMaskedLM, text_config(is_causal=False, tie_word_embeddings=False)),
+        (TurnerForTokenClassification, text_config()),
+        (TurnerForQuestionAnswering, text_config()),
     ],
 )
 def test_every_plan_rule_names_a_module_the_config_builds(model_class: type, config: TurnerConfig) -> None:

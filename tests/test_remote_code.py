@@ -18,17 +18,21 @@ from turner_tfm import (
     TurnerConfig,
     TurnerForCausalLM,
     TurnerForImageClassification,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
+    TurnerForTokenClassification,
     TurnerModel,
 )
-from turner_tfm.hub_turner import AUTO_CLASSES
+from turner_tfm.hub_turner import auto_classes
 
 from .convert_helpers import word_tokenizer
 from .isolated import run_isolated
 from .tiny import image_config, random_ids, text_config
 
 # Every class a folder can be saved as, with a config of its modality. Each folder must load through every Auto class
-# of that modality (`AUTO_CLASSES`); a head it was not saved with gets fresh weights, the same ones under the same seed.
+# of that modality its mask serves (`auto_classes`: a causal model is no masked LM); a head it was not saved with gets
+# fresh weights, the same ones under the same seed.
 SAVED_CLASSES = {
     "text-TurnerModel": (TurnerModel, text_config()),
     "text-TurnerForCausalLM": (TurnerForCausalLM, text_config()),
@@ -36,14 +40,13 @@ SAVED_CLASSES = {
         TurnerForSequenceClassification,
         text_config(is_causal=False, norm_position="post", type_vocab_size=2, embedding_layer_norm=True),
     ),
+    "text-TurnerForMaskedLM": (TurnerForMaskedLM, text_config(is_causal=False, type_vocab_size=2)),
+    "text-TurnerForTokenClassification": (TurnerForTokenClassification, text_config(is_causal=False, num_labels=5)),
+    "text-TurnerForQuestionAnswering": (TurnerForQuestionAnswering, text_config()),
     "image-TurnerModel": (TurnerModel, image_config()),
     "image-TurnerForImageClassification": (TurnerForImageClassification, image_config()),
 }
-PAIRS = [
-    (saved, auto_name)
-    for saved, (_, config) in SAVED_CLASSES.items()
-    for auto_name in AUTO_CLASSES[config.is_image_model]
-]
+PAIRS = [(saved, auto_name) for saved, (_, config) in SAVED_CLASSES.items() for auto_name in auto_classes(config)]
 # Runs in a fresh interpreter, outside the repository, where `import turner_tfm` fails. For each job (folder, Auto
 # class, inputs file, outputs file) it loads the folder as remote code, seeded (a head the folder lacks gets the same
 # fresh weights as under the same seed here), and saves its main output and the last block's hidden states.
@@ -123,7 +126,7 @@ def test_every_auto_class_of_the_modality_loads_whichever_class_was_saved(saved,
     files = {path.name for path in (pair_runs.root / saved).iterdir()}
     assert {"modeling_turner.py", "configuration_turner.py", "model.safetensors"} <= files
     auto_map = json.loads((pair_runs.root / saved / "config.json").read_text())["auto_map"]
-    classes = AUTO_CLASSES[config.is_image_model]
+    classes = auto_classes(config)
     assert auto_map == {"AutoConfig": "configuration_turner.TurnerConfig"} | {
         auto: f"modeling_turner.{name}" for auto, name in classes.items()
     }

@@ -14,7 +14,10 @@ from .hub_turner import AUTO_CLASSES
 from .modeling_turner import (
     TurnerForCausalLM,
     TurnerForImageClassification,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
+    TurnerForTokenClassification,
     TurnerModel,
     TurnerPreTrainedModel,
 )
@@ -33,7 +36,10 @@ __all__ = [
     "TurnerConfig",
     "TurnerForCausalLM",
     "TurnerForImageClassification",
+    "TurnerForMaskedLM",
+    "TurnerForQuestionAnswering",
     "TurnerForSequenceClassification",
+    "TurnerForTokenClassification",
     "TurnerModel",
     "TurnerPreTrainedModel",
 ]

@@ -102,9 +102,11 @@ def check_text_call(
     *,
     token_labels: torch.Tensor | None = None,
     sequence_labels: torch.Tensor | None = None,
+    token_class_labels: torch.Tensor | None = None,
 ) -> None:
-    """Everything a text call takes, and its labels (a causal LM's, one a token; a classifier's, one a row): shapes
-    checked on the host, values in one read. `past_length`: tokens already in the cache."""
+    """Everything a text call takes, and its labels (a language model's, a token id a token; a classifier's, one a
+    row; a token classifier's, a class a token): shapes checked on the host, values in one read. `past_length`: tokens
+    already in the cache."""
     check_text_shapes(config, input_ids, inputs_embeds)
     inputs = input_ids if input_ids is not None else inputs_embeds
     (batch_size, length), reads = inputs.shape[:2], reads_values(config, inputs)
@@ -127,6 +129,10 @@ def check_text_call(
         checks.append(causal_lm_label_check(config, token_labels, (batch_size, length)))
     if sequence_labels is not None:
         checks.append(classification_label_check(config, sequence_labels, batch_size))
+    if token_class_labels is not None:
+        checks.append(
+            per_token_label_check(config, token_class_labels, (batch_size, length), "class ids", "num_labels")
+        )
     raise_if_out_of_range(checks)
 
 
@@ -232,17 +238,22 @@ def causal_lm_label_check(
     config: TurnerConfig, labels: torch.Tensor, input_shape: tuple[int, int]
 ) -> RangeCheck | None:
     """Labels align with the input tokens: same (batch, N), integer ids in the vocabulary or -100 (ignored)."""
+    return per_token_label_check(config, labels, input_shape, "token ids", "vocab_size")
+
+
+def per_token_label_check(
+    config: TurnerConfig, labels: torch.Tensor, input_shape: tuple[int, int], what: str, size_field: str
+) -> RangeCheck | None:
+    """Labels one a token, of the inputs' (batch, N): integer `what` in [0, config.`size_field`), or -100 (ignored)."""
     if tuple(labels.shape) != tuple(input_shape) or labels.is_floating_point():
         raise _invalid_input(
-            "labels",
-            _shape_and_dtype(labels),
-            f"expected integer token ids of shape {tuple(input_shape)}, like input_ids",
+            "labels", _shape_and_dtype(labels), f"expected integer {what} of shape {tuple(input_shape)}, like input_ids"
         )
     if not reads_values(config, labels):
         return None
-    vocab = config.vocab_size
-    allowed = f"token ids must be in [0, {vocab}) (vocab_size), or -100 (ignored)"
-    return range_check("labels", labels, 0, vocab, allowed, ignore=-100)
+    size = getattr(config, size_field)
+    allowed = f"{what} must be in [0, {size}) ({size_field}), or -100 (ignored)"
+    return range_check("labels", labels, 0, size, allowed, ignore=-100)
 
 
 def classification_label_check(config: TurnerConfig, labels: torch.Tensor, batch_size: int) -> RangeCheck | None:
@@ -369,3 +380,29 @@ def check_cache(config: TurnerConfig, cache: object | None) -> object | None:
         "this model is bidirectional (is_causal=False): a new token changes every earlier token's keys and values, "
         "so it cannot continue from a cache; pass the whole sequence",
     )
+
+
+def check_answer_span(
+    start_positions: torch.Tensor | None, end_positions: torch.Tensor | None, batch_size: int
+) -> None:
+    """Extractive QA targets: both or neither, each one integer position a row, `(batch,)` or `(batch, 1)`. A position
+    outside the input is ignored by the loss, as BERT's (clamped to N, the ignored index): no value is read."""
+    if (start_positions is None) != (end_positions is None):
+        given, missing = ("start_positions", "end_positions")[:: 1 if start_positions is not None else -1]
+        raise ValueError(f"`{given}` was given without `{missing}`: the span loss needs both (or neither).")
+    for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+        if positions is None:
+            continue
+        if positions.is_floating_point() or positions.numel() != batch_size or positions.ndim not in (1, 2):
+            allowed = f"expected {batch_size} integer token positions, of shape ({batch_size},) or ({batch_size}, 1)"
+            raise _invalid_input(name, _shape_and_dtype(positions), allowed)
+
+
+def check_bidirectional(model_name: str, config: TurnerConfig) -> None:
+    """A masked language model predicts a token from both sides: it needs full attention (`is_causal=False`)."""
+    if config.is_causal:
+        raise ValueError(
+            f"{model_name} predicts each masked token from the tokens on both sides, but the config has "
+            "is_causal=True (the auto-regressive mask of §4.1: each token sees only its left); build the config with "
+            "is_causal=False."
+        )

@@ -6,6 +6,7 @@ its modality, this package's modeling code copied beside the weights) and a clea
 import os
 
 from safetensors import SafetensorError
+from transformers import PreTrainedConfig
 from transformers.dynamic_module_utils import custom_object_save
 
 # The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
@@ -15,9 +16,21 @@ AUTO_CLASSES = {
         "AutoModel": "TurnerModel",
         "AutoModelForCausalLM": "TurnerForCausalLM",
         "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
+        "AutoModelForMaskedLM": "TurnerForMaskedLM",
+        "AutoModelForTokenClassification": "TurnerForTokenClassification",
+        "AutoModelForQuestionAnswering": "TurnerForQuestionAnswering",
     },
     True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
 }
+# Heads that need full attention: under the causal mask of §4.1 a masked token could not see its right-hand side
+BIDIRECTIONAL_HEADS = {"AutoModelForMaskedLM"}
+
+
+def auto_classes(config: PreTrainedConfig) -> dict[str, str]:
+    """The Auto classes a folder of `config` loads as (its `auto_map`): its modality's, less a head its mask cannot
+    serve (a causal model is no masked LM)."""
+    classes = AUTO_CLASSES[config.is_image_model]
+    return {auto: name for auto, name in classes.items() if not (config.is_causal and auto in BIDIRECTIONAL_HEADS)}
 
 
 def defining_class(cls: type) -> type:
@@ -48,10 +61,9 @@ class TurnerHubMixin:
         own_class = defining_class(type(self))
         if own_class.is_remote_code():
             module = own_class.__module__.rsplit(".", 1)[-1]
-            classes = AUTO_CLASSES[self.config.is_image_model]
             self.config.auto_map = {
                 **(getattr(self.config, "auto_map", None) or {}),
-                **{auto: f"{module}.{name}" for auto, name in classes.items()},
+                **{auto: f"{module}.{name}" for auto, name in auto_classes(self.config).items()},
             }
         super().save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
         wrapped = own_class is not type(self)
@@ -70,4 +82,4 @@ class TurnerHubMixin:
             ) from error
 
 
-__all__ = ["AUTO_CLASSES", "TurnerHubMixin"]
+__all__ = ["AUTO_CLASSES", "TurnerHubMixin", "auto_classes"]

@@ -23,7 +23,10 @@ from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
     ImageClassifierOutput,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
     SequenceClassifierOutputWithPast,
+    TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
@@ -32,6 +35,8 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
+    check_answer_span,
+    check_bidirectional,
     check_cache,
     check_image_inputs,
     check_modality,
@@ -689,12 +694,218 @@ class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
         )
 
 
+# The arguments every text head takes, documented once for their forward docstrings
+TEXT_INPUTS_DOC = r"""
+        input_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            Token ids (exactly one of `input_ids` and `inputs_embeds`).
+        attention_mask (`torch.Tensor` of shape `(batch, sequence)`, *optional*):
+            1 for real tokens, 0 for padding.
+        position_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            Positions of the tokens (default 0, 1, ...); restarting at 0 without a mask, a packed row.
+        inputs_embeds (`torch.Tensor` of shape `(batch, sequence, token_embedding_size)`, *optional*):
+            Token vectors in place of `input_ids`.
+        token_type_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            Segment ids, in [0, `config.type_vocab_size`)."""
+
+
+def encode_checked_text(
+    model: TurnerModel,
+    input_ids: torch.LongTensor | None,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.LongTensor | None,
+    inputs_embeds: torch.Tensor | None,
+    token_type_ids: torch.LongTensor | None,
+    **kwargs: Unpack[TransformersKwargs],
+) -> BaseModelOutputWithPoolingAndCrossAttentions:
+    """X^(M) of a whole text (no cache) whose inputs the calling head has checked."""
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        inputs_embeds=inputs_embeds,
+        token_type_ids=token_type_ids,
+        use_cache=False,
+        checked_by_caller=True,
+        **kwargs,
+    )
+
+
+class TurnerLMTransform(nn.Module):
+    """What a masked LM (BERT's "transform") puts between X^(M) and the output head: a dense layer of width D, the
+    activation, then the token norm."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.norm = build_norm(config)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act_fn(self.dense(hidden_states)))
+
+
+class TurnerForMaskedLM(TurnerPreTrainedModel):
+    """Masked language modelling (BERT, §4's other uses of the block): the body without the causal mask
+    (`is_causal=False`: every token sees both sides), `transform` on each token of X^(M), then `lm_head`, the output
+    vectors g_w (tied to the input embedding by default) with a bias a token."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embeddings.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        check_modality(type(self).__name__, config, image=False)
+        check_bidirectional(type(self).__name__, config)
+        self.model = TurnerModel(config)
+        self.transform = TurnerLMTransform(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MaskedLMOutput:
+        check_text_call(
+            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, token_labels=labels
+        )
+        outputs = encode_checked_text(
+            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        )
+        logits = self.lm_head(self.transform(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    forward.__doc__ = (
+        TEXT_INPUTS_DOC
+        + """
+        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            The original token at each masked position (`DataCollatorForLanguageModeling(mlm=True)` masks them),
+            `-100` elsewhere (ignored); the loss is their cross-entropy.
+        """
+    )
+
+
+class TurnerForTokenClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
+    """Token classification (tagging, NER: §1.2's "local classification of each token"): a linear head on each
+    token's column of X^(M), after `classifier_dropout`. Causal or not, as the config says."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        self._build_classifier(config, image=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TokenClassifierOutput:
+        check_text_call(
+            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
+            token_class_labels=labels,
+        )  # fmt: skip
+        outputs = encode_checked_text(
+            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, config=self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    forward.__doc__ = (
+        TEXT_INPUTS_DOC
+        + """
+        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
+            A class id a token, in [0, `config.num_labels`), `-100` where no label counts (padding, a word's later
+            sub-tokens); the loss is their cross-entropy.
+        """
+    )
+
+
+class TurnerForQuestionAnswering(TurnerPreTrainedModel):
+    """Extractive question answering (SQuAD): `qa_outputs` gives each token of X^(M) a score for starting and one for
+    ending the answer span. Causal or not, as the config says."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        check_modality(type(self).__name__, config, image=False)
+        self.model = TurnerModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        check_text_call(self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids)
+        check_answer_span(
+            start_positions, end_positions, (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        )
+        outputs = encode_checked_text(
+            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        )
+        start_logits, end_logits = (
+            part.squeeze(-1).contiguous() for part in self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
+        )
+        loss = None
+        if start_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    forward.__doc__ = (
+        TEXT_INPUTS_DOC
+        + """
+        start_positions (`torch.LongTensor` of shape `(batch,)`, *optional*):
+            The token where each row's answer starts (with `end_positions`; the loss is the mean of the two
+            cross-entropies). A position past the input (the answer lies outside this window) is ignored, as BERT's.
+        end_positions (`torch.LongTensor` of shape `(batch,)`, *optional*):
+            The token where each row's answer ends (inclusive).
+        """
+    )
+
+
 register_when_liger_loads()  # `use_liger_kernel=True` finds Turner in Liger's table (liger_turner)
 
 __all__ = [
     "TurnerForCausalLM",
     "TurnerForImageClassification",
+    "TurnerForMaskedLM",
+    "TurnerForQuestionAnswering",
     "TurnerForSequenceClassification",
+    "TurnerForTokenClassification",
     "TurnerModel",
     "TurnerPreTrainedModel",
 ]
