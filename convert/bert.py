@@ -1,18 +1,38 @@
-"""BERT <-> Turner: `BertModel` (with or without its pooler) and `BertForSequenceClassification`.
+"""BERT <-> Turner: `BertModel` (with or without its pooler), `BertForSequenceClassification`, `BertForMaskedLM`,
+`BertForTokenClassification` and `BertForQuestionAnswering`.
 
 BERT is the encoder of footnote 18: no mask, learned positions plus token-type embeddings, a LayerNorm on the
 embeddings, and the norm after each residual sum (`norm_position="post"`, hence no final norm). Its pooler is a
 dense layer and tanh on the first token, and the sequence classifier reads the pooler. Sentence-embedding models
 built on `BertModel` (the MiniLM family) convert like any `BertModel`.
 
+BERT's masked-LM head is Turner's: its transform (dense, activation, LayerNorm) becomes `transform`, its decoder
+`lm_head`, whose bias BERT keeps twice (`decoder.bias` and `predictions.bias`, one tensor). The token classifier and
+the span scorer (`qa_outputs`) carry over by name; BERT's three token-level heads have no pooler.
+
 Refused (no Turner counterpart): `is_decoder=True`, `add_cross_attention=True`, a `position_embedding_type`
 other than "absolute" (older configs carry it; transformers v5 BERT ignores it). The dropout before BERT's
 classifier (`classifier_dropout`, or `hidden_dropout_prob` when that is None) becomes Turner's `classifier_dropout`.
 """
 
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+import torch
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 
-from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerModel
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForMaskedLM,
+    TurnerForQuestionAnswering,
+    TurnerForSequenceClassification,
+    TurnerForTokenClassification,
+    TurnerModel,
+)
 
 from ._common import (
     ENCODER_FIELDS,
@@ -23,12 +43,49 @@ from ._common import (
     TURNER,
     Converter,
     Head,
+    Rule,
     rename,
     rename_module,
     rename_modules,
     same_names,
     stacked_projections,
     unsupported,
+)
+
+
+def _one_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """BERT's decoder bias, held under two names (`decoder.bias`, `predictions.bias`), as `lm_head.bias`."""
+    decoder_bias, bias = tensors
+    if not torch.equal(decoder_bias, bias):
+        raise ValueError(
+            "Cannot convert: BERT's `cls.predictions.decoder.bias` and `cls.predictions.bias` differ; BertForMaskedLM "
+            "ties them (one tensor), and Turner's lm_head has one bias."
+        )
+    return [decoder_bias]
+
+
+def _bias_twice(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    (bias,) = tensors
+    return [bias, bias.clone()]
+
+
+def _two_span_scores(config: BertConfig) -> None:
+    if config.num_labels != 2:
+        raise ValueError(
+            f"Cannot convert: `num_labels`={config.num_labels} in the BERT config of a BertForQuestionAnswering has no "
+            "counterpart; its qa_outputs scores a span's start and end: only 2 converts."
+        )
+
+
+MASKED_LM_RULES = (
+    *rename_modules(
+        {
+            "cls.predictions.transform.dense": "transform.dense",
+            "cls.predictions.transform.LayerNorm": "transform.norm",
+        }
+    ),
+    rename("cls.predictions.decoder.weight", "lm_head.weight"),
+    Rule(("cls.predictions.decoder.bias", "cls.predictions.bias"), ("lm_head.bias",), _one_bias, _bias_twice),
 )
 
 
@@ -44,6 +101,16 @@ class BertConverter(Converter):
             rules=rename_module("classifier", "classifier"),
             pooler=True,
             turner_options={"classifier_pooling": "cls"},
+        ),
+        "BertForMaskedLM": Head(BertForMaskedLM, TurnerForMaskedLM, rules=MASKED_LM_RULES),
+        "BertForTokenClassification": Head(
+            BertForTokenClassification, TurnerForTokenClassification, rules=rename_module("classifier", "classifier")
+        ),
+        "BertForQuestionAnswering": Head(
+            BertForQuestionAnswering,
+            TurnerForQuestionAnswering,
+            rules=rename_module("qa_outputs", "qa_outputs"),
+            check_source=_two_span_scores,
         ),
     }
     fields = {

@@ -50,7 +50,7 @@ _GENERATION_FILE = "generation_config.json"
 _SENTENCE_FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 # what OUT gets anew rather than copied: the weights (rewritten) and the git metadata of a Hub repo
 _REWRITTEN = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", ".gitattributes")
-_OUTPUT_NAMES = ("logits", "last_hidden_state", "pooler_output")
+_OUTPUT_NAMES = ("logits", "start_logits", "end_logits", "last_hidden_state", "pooler_output")
 
 
 @dataclass

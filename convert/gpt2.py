@@ -1,10 +1,12 @@
-"""GPT-2 <-> Turner: `GPT2Model`, `GPT2LMHeadModel` and `GPT2ForSequenceClassification`.
+"""GPT-2 <-> Turner: `GPT2Model`, `GPT2LMHeadModel`, `GPT2ForSequenceClassification`, `GPT2ForTokenClassification`
+and `GPT2ForQuestionAnswering`.
 
 GPT-2 is the paper's block as drawn (§2.3, §4.1): pre-norm, causal, learned positions, a final norm and a head tied
 to the token embedding. What differs is storage: GPT-2's `Conv1D` keeps a Linear's weight transposed (`c_attn`
 stacks the q, k and v projections in one matrix, as Turner's `qkv_proj` does). `GPT2ForSequenceClassification`
 scores the last non-pad token with a bias-free `score`; Turner's `classifier` gets a zero bias and
-`classifier_pooling="last"`.
+`classifier_pooling="last"`. The token classifier and the span scorer (`qa_outputs`) carry over by name, and the
+token classifier's dropout (`classifier_dropout` when the config has one, else 0.1) becomes `classifier_dropout`.
 
 Refused (no Turner counterpart): `scale_attn_weights=False`, `scale_attn_by_inverse_layer_idx=True`,
 `reorder_and_upcast_attn=True`, `add_cross_attention=True`, and `embd_pdrop != resid_pdrop` (Turner has one
@@ -12,9 +14,23 @@ Refused (no Turner counterpart): `scale_attn_weights=False`, `scale_attn_by_inve
 """
 
 import torch
-from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
+from transformers import (
+    GPT2Config,
+    GPT2ForQuestionAnswering,
+    GPT2ForSequenceClassification,
+    GPT2ForTokenClassification,
+    GPT2LMHeadModel,
+    GPT2Model,
+)
 
-from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification, TurnerModel
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForCausalLM,
+    TurnerForQuestionAnswering,
+    TurnerForSequenceClassification,
+    TurnerForTokenClassification,
+    TurnerModel,
+)
 
 from ._common import (
     LABEL_FIELDS,
@@ -78,7 +94,13 @@ class GPT2Converter(Converter):
                     _score_without_bias,
                 ),
             ),
-            turner_options={"classifier_pooling": "last"},
+            turner_options={"classifier_pooling": "last", "classifier_dropout": 0.0},  # GPT-2's score has none
+        ),
+        "GPT2ForTokenClassification": Head(
+            GPT2ForTokenClassification, TurnerForTokenClassification, rules=rename_module("classifier", "classifier")
+        ),
+        "GPT2ForQuestionAnswering": Head(
+            GPT2ForQuestionAnswering, TurnerForQuestionAnswering, rules=rename_module("qa_outputs", "qa_outputs")
         ),
     }
     fields = {
@@ -109,7 +131,6 @@ class GPT2Converter(Converter):
         "attention_bias": True,
         "mlp_bias": True,
         "image_size": None,
-        "classifier_dropout": 0.0,
     }
     embedding_rules = (
         rename("wte.weight", "embeddings.embed_tokens.weight"),
@@ -134,10 +155,16 @@ class GPT2Converter(Converter):
                 f"Turner has one hidden_dropout for embeddings and residual branches: it must equal "
                 f"resid_pdrop={config.resid_pdrop}",
             )
-        return {"is_causal": True, "norm_position": "pre"}
+        # GPT2ForTokenClassification's dropout: the config's `classifier_dropout` where it has one, else 0.1
+        classifier_dropout = getattr(config, "classifier_dropout", None)
+        return {
+            "is_causal": True,
+            "norm_position": "pre",
+            "classifier_dropout": 0.1 if classifier_dropout is None else classifier_dropout,
+        }
 
     def source_fields(self, config: TurnerConfig) -> dict[str, object]:
-        return {"embd_pdrop": config.hidden_dropout}
+        return {"embd_pdrop": config.hidden_dropout, "classifier_dropout": config.classifier_dropout}
 
 
 CONVERTER = GPT2Converter()

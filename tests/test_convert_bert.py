@@ -4,7 +4,14 @@ import re
 
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 
 from convert import bert
 from turner_tfm import TurnerConfig, TurnerForSequenceClassification, TurnerModel
@@ -16,7 +23,21 @@ SOURCES = {
     "BertModel with pooler": (lambda config: BertModel(config), ("last_hidden_state", "pooler_output")),
     "BertModel without pooler": (lambda config: BertModel(config, add_pooling_layer=False), ("last_hidden_state",)),
     "BertForSequenceClassification": (lambda config: BertForSequenceClassification(config), ("logits",)),
+    "BertForMaskedLM": (lambda config: BertForMaskedLM(config), ("logits",)),
+    "BertForTokenClassification": (lambda config: BertForTokenClassification(config), ("logits",)),
+    "BertForQuestionAnswering": (
+        lambda config: BertForQuestionAnswering(scoring_spans(config)),
+        ("start_logits", "end_logits"),
+    ),
 }
+
+
+def scoring_spans(config: BertConfig) -> BertConfig:
+    """`config` for BertForQuestionAnswering, whose `qa_outputs` scores a start and an end: two labels."""
+    config.num_labels = 2
+    return config
+
+
 # The MiniLM sentence-embedding family (e.g. all-MiniLM-L6-v2) is a BertModel with 12 heads of width 32; here 12 of 2.
 MINILM = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=12, intermediate_size=96)
 
@@ -170,3 +191,25 @@ def test_turner_model_without_pooler_goes_back_to_bert_without_pooler():
     back = bert.CONVERTER.model_from_turner(turner, "BertModel")
     assert back.pooler is None
     assert_same_outputs(back, turner, batch_with_token_types(), ("last_hidden_state",))
+
+
+def test_masked_lm_head_transform_and_decoder_bias_carry_over_and_a_separate_decoder_stays_separate():
+    model = BertForMaskedLM(bert_config(hidden_act="relu", layer_norm_eps=1e-7))
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_()  # trained biases are not zero
+    turner = bert.CONVERTER.model_to_turner(model)
+    assert torch.equal(turner.lm_head.bias, model.cls.predictions.decoder.bias)
+    assert torch.equal(turner.transform.norm.weight, model.cls.predictions.transform.LayerNorm.weight)
+    assert turner.lm_head.weight is turner.model.embeddings.embed_tokens.weight
+    assert_same_outputs(model, turner, batch_with_token_types(), ("logits",))
+    untied = BertForMaskedLM(bert_config(tie_word_embeddings=False))
+    turner = bert.CONVERTER.model_to_turner(untied)
+    assert turner.lm_head.weight is not turner.model.embeddings.embed_tokens.weight
+    assert_same_outputs(untied, turner, batch_with_token_types(), ("logits",))
+    assert_same_state_dict(untied, bert.CONVERTER.model_from_turner(turner, "BertForMaskedLM"))
+
+
+def test_a_question_answering_head_scoring_more_than_start_and_end_is_refused():
+    model = BertForQuestionAnswering(bert_config(num_labels=3))
+    with pytest.raises(ValueError, match=re.escape("`num_labels`=3")):
+        bert.to_turner(model.state_dict(), model.config, "BertForQuestionAnswering")

@@ -4,11 +4,25 @@ import re
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
+from transformers import (
+    GPT2Config,
+    GPT2ForQuestionAnswering,
+    GPT2ForSequenceClassification,
+    GPT2ForTokenClassification,
+    GPT2LMHeadModel,
+    GPT2Model,
+)
 
 from convert import gpt2
 from convert.cli import main
-from turner_tfm import TurnerConfig, TurnerForCausalLM, TurnerForSequenceClassification, TurnerModel
+from turner_tfm import (
+    TurnerConfig,
+    TurnerForCausalLM,
+    TurnerForQuestionAnswering,
+    TurnerForSequenceClassification,
+    TurnerForTokenClassification,
+    TurnerModel,
+)
 
 from .convert_helpers import assert_same_outputs, assert_same_state_dict, masked_ids
 
@@ -17,6 +31,8 @@ HEADS = [
     (GPT2Model, TurnerModel, ("last_hidden_state",)),
     (GPT2LMHeadModel, TurnerForCausalLM, ("logits",)),
     (GPT2ForSequenceClassification, TurnerForSequenceClassification, ("logits",)),
+    (GPT2ForTokenClassification, TurnerForTokenClassification, ("logits",)),
+    (GPT2ForQuestionAnswering, TurnerForQuestionAnswering, ("start_logits", "end_logits")),
 ]
 VARIANTS = {
     "defaults": {},
@@ -184,3 +200,12 @@ def test_special_token_ids_outside_a_small_vocabulary_are_dropped_with_a_warning
     assert_same_outputs(
         source, TurnerForCausalLM.from_pretrained(tmp_path / "turner"), masked_ids(VOCAB, 0, (5,)), ("logits",)
     )
+
+
+@pytest.mark.parametrize(("classifier_dropout", "expected"), [(None, 0.1), (0.3, 0.3)])
+def test_the_token_classifiers_dropout_carries_over_both_ways(classifier_dropout, expected):
+    extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+    source = GPT2ForTokenClassification(gpt2_config(**extra))
+    turner = gpt2.CONVERTER.model_to_turner(source)
+    assert turner.config.classifier_dropout == turner.dropout.p == source.dropout.p == expected
+    assert gpt2.CONVERTER.model_from_turner(turner, "GPT2ForTokenClassification").dropout.p == expected
