@@ -18,6 +18,7 @@ from turner_tfm import TurnerConfig
 SCRATCH_SCRIPTS = {
     "quickstart": set(training.CLASSIFIER_FIELDS),
     "train_causal_lm": set(training.CLASSIFIER_FIELDS),
+    "train_masked_lm": set(training.CLASSIFIER_FIELDS),
     "train_text_classifier": {"tie_word_embeddings"},
     "train_image_classifier": {"tie_word_embeddings", "embedding_layer_norm"},
     "sentence_embeddings": {"tie_word_embeddings", *training.CLASSIFIER_FIELDS},

@@ -21,12 +21,14 @@ def config_for(task: str) -> TurnerConfig:
         return TurnerConfig(image_size=8, patch_size=2, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
     if task == "text-classification":
         return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "code", 1: "prose"}, **sizes)
+    if task == "fill-mask":
+        return TurnerConfig(vocab_size=50, is_causal=False, **sizes)
     return TurnerConfig(vocab_size=50, **sizes)
 
 
 @pytest.mark.parametrize("task", TASKS)
 def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_path: Path) -> None:
-    metric = "perplexity" if task == "text-generation" else "accuracy"
+    metric = "accuracy" if task.endswith("classification") else "perplexity"
     path = write_model_card(
         tmp_path,
         config_for(task),
@@ -52,7 +54,7 @@ def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_pat
     assert "| parameters | 12,345 |" in card.text and "| optimiser steps | 12 |" in card.text
     assert "fine-tuned from `me/base`" in card.text
     assert 'say \\"hi\\"' in card.text  # quoted safely inside the usage snippet
-    if task != "text-generation":
+    if task.endswith("classification"):
         assert "`cat`, `dog`" in card.text or "`code`, `prose`" in card.text
 
 

@@ -15,6 +15,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
 from examples.helpers import data
+from turner_tfm import TurnerForMaskedLM
 
 from .workflow_utils import (
     EXAMPLES,
@@ -45,6 +46,7 @@ EXAMPLE_SCRIPTS = (
     "sentence_embeddings.py",
     "train_causal_lm.py",
     "train_image_classifier.py",
+    "train_masked_lm.py",
     "train_text_classifier.py",
 )
 # What `--arguments-file`'s YAML sets: five `TrainingArguments` fields the scripts did not take before, and a tiny run
@@ -94,6 +96,10 @@ def planned_runs(folder: Path) -> dict[str, tuple[str, ...]]:
     moods = ("--train-file", "moods.csv", "--text-column", "sentence", "--label-column", "mood", *base)
     moods += ("--output-dir", "moods", "--num-train-epochs", "3", "--logging-steps", "5")
     moods += ("--per-device-train-batch-size", "8")
+    masked = ("--train-file", str(folder / "zen.txt"), "--output-dir", "masked", "--max-steps", "40")
+    masked += ("--logging-steps", "5", "--learning-rate", "5e-3", "--block-size", "16", "--vocab-size", "300")
+    masked += ("--validation-split-percentage", "20")
+    masked += ("--per-device-train-batch-size", "8", "--fill-mask-text", "Explicit is <mask> than implicit.")
     return {
         "quickstart": ("quickstart.py", *short),
         **{f"quickstart {' '.join(flags)}": ("quickstart.py", *flags) for flags in BAD_FLAGS},
@@ -107,6 +113,7 @@ def planned_runs(folder: Path) -> dict[str, tuple[str, ...]]:
         "text classifier": ("train_text_classifier.py", *moods),
         "no label column": ("train_text_classifier.py", "--train-file", "moods.csv", "--text-column", "sentence"),
         "arguments file": ("train_causal_lm.py", "args.yaml", "--seed", "3"),
+        "masked lm": ("train_masked_lm.py", *masked, *TINY_MODEL),
     }
 
 
@@ -179,7 +186,7 @@ def test_every_example_answers_help_with_the_same_flag_names(runs: Runs) -> None
         assert output.startswith(f"usage: {script} "), script
         if script not in ("push_to_hub.py", "generate.py"):  # they train nothing
             assert all(flag in output for flag in common), script
-        if script.startswith("train_"):
+        if script.startswith("train_") and script != "train_masked_lm.py":  # the masked LM: one process or DDP
             assert "--fsdp-size" in output, script
 
 
@@ -290,3 +297,20 @@ def test_flags_run_clm_users_know_and_an_arguments_file_take_effect(runs: Runs) 
     assert state["best_model_checkpoint"] == f"out/checkpoint-{best[1]}"  # loaded at the end
     rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
     assert rates[0] == rates[6] == 2e-3 and rates[5] < rates[0]  # two cosine cycles of 6 steps: restarted at step 7
+
+
+def test_train_masked_lm_pretrains_a_model_that_fills_masks_in_the_pipeline(runs: Runs) -> None:
+    output, model_dir = runs.output("masked lm"), runs.folder / "masked"
+    losses = training_losses(output)
+    assert losses[-1] < losses[0] - 0.5, f"the loss did not fall: {losses}"
+    assert "pipeline('fill-mask') on 'Explicit is <mask> than implicit.':" in output
+    filler = pipeline("fill-mask", model=str(model_dir))
+    assert isinstance(filler.model, TurnerForMaskedLM) and not filler.model.config.is_causal
+    guesses = filler("Explicit is <mask> than implicit.", top_k=5)
+    scores = [guess["score"] for guess in guesses]
+    assert len(guesses) == 5 and scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
+    assert all(guess["sequence"].startswith("Explicit is") for guess in guesses)
+    card = ModelCard.load(model_dir / "README.md")
+    assert card.data.pipeline_tag == "fill-mask" and 'pipeline("fill-mask", model=model_id' in card.text
+    results = {result.metric_type: result.metric_value for result in card.data.eval_results}
+    assert results["loss"] == pytest.approx(printed_number(output, "held-out loss"), abs=1e-3)

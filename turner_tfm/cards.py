@@ -37,7 +37,7 @@ from transformers import PreTrainedConfig
 
 from .configuration_turner import TurnerConfig
 
-TASKS = ("text-generation", "text-classification", "image-classification")
+TASKS = ("text-generation", "text-classification", "image-classification", "fill-mask")
 CARD_NAME = "README.md"
 PAPER = "Richard E. Turner, *An Introduction to Transformers* (2023), arXiv:2304.10557"
 
