@@ -21,6 +21,7 @@ from transformers import (
     GPT2ForQuestionAnswering,
     GPT2ForTokenClassification,
     PreTrainedModel,
+    PreTrainedTokenizerFast,
     pipeline,
 )
 
@@ -111,11 +112,12 @@ def test_token_classification_tags_as_the_source_model_does(folders, family, agg
     assert_same_answers(expected, turner(texts))
 
 
-def best_span(model: PreTrainedModel, question: str, context: str, folder: Path) -> tuple[str, float]:
+def best_span(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, question: str, context: str
+) -> tuple[str, float]:
     """Extractive QA as transformers' `run_qa.py` post-processes it (v5 has no question-answering pipeline): the
     context cut into windows of 24 tokens overlapping by 8, each token's start and end scores, and the best span of at
     most 5 context tokens over every window. The answer's text and score (start + end logits)."""
-    tokenizer = AutoTokenizer.from_pretrained(folder)
     windows = tokenizer(
         question, context, max_length=24, stride=8, truncation="only_second", padding="max_length",
         return_overflowing_tokens=True, return_offsets_mapping=True, return_tensors="pt",
@@ -141,6 +143,7 @@ def test_question_answering_finds_the_source_models_span_over_stride_windows(fol
     source = AutoModelForQuestionAnswering.from_pretrained(folders / f"{family}-qa")
     turner = AutoModelForQuestionAnswering.from_pretrained(folders / f"{family}-qa-turner")
     assert isinstance(turner, TurnerForQuestionAnswering)
-    expected_text, expected_score = best_span(source, question, context, folders / f"{family}-qa")
-    text, score = best_span(turner, question, context, folders / f"{family}-qa-turner")
+    tokenizer = AutoTokenizer.from_pretrained(folders / f"{family}-qa-turner")  # carried over from the source
+    expected_text, expected_score = best_span(source, tokenizer, question, context)
+    text, score = best_span(turner, tokenizer, question, context)
     assert text == expected_text and abs(score - expected_score) <= SCORE_TOLERANCE

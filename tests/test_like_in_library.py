@@ -25,10 +25,16 @@ from transformers import (
     AutoModelForImageClassification,
     AutoModelForSequenceClassification,
     BertConfig,
+    BertForMaskedLM,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
+    DataCollatorForLanguageModeling,
     GPT2Config,
+    GPT2ForQuestionAnswering,
     GPT2ForSequenceClassification,
+    GPT2ForTokenClassification,
     GPT2LMHeadModel,
     GPT2PreTrainedModel,
     PreTrainedModel,
@@ -47,6 +53,7 @@ from . import anchors
 from .anchors import padded, prompts
 from .convert_helpers import word_tokenizer
 from .isolated import run_isolated
+from .test_heads_pipelines import best_span
 
 TOLERANCE = 1e-5
 VOCAB = 64
@@ -500,6 +507,125 @@ ISSUE_44_ACTIONS: dict[str, Action] = {
         functools.partial(causal_lm, eos_token_id=VOCAB - 1), smaller_vocabulary_on_load, size=4
     ),
 }
+
+
+# Issue 58: the token-level heads (masked LM, token classification, extractive QA) beside BERT's and GPT-2's.
+
+
+def bert_masked_lm(**overrides):
+    return converted(BertForMaskedLM(bert_config(**overrides)), bert)
+
+
+def token_tagger(family: str):
+    if family == "BERT":
+        return converted(BertForTokenClassification(bert_config()), bert)
+    return converted(GPT2ForTokenClassification(gpt2_config(classifier_dropout=0.0)), gpt2)
+
+
+def span_scorer(family: str):
+    if family == "BERT":
+        return converted(BertForQuestionAnswering(bert_config(num_labels=2)), bert)
+    return converted(GPT2ForQuestionAnswering(gpt2_config()), gpt2)
+
+
+def at_real_tokens(model: PreTrainedModel, side: str) -> torch.Tensor:
+    """The logits of each real token of a padded batch (what a padded position holds is not defined)."""
+    batch = padded(model, side)
+    return logits(model, **batch)[batch["attention_mask"].bool()]
+
+
+def per_token_loss(model: PreTrainedModel, side: str) -> torch.Tensor:
+    """The loss with -100 on the padding and on a few real tokens (a masked LM's unmasked ones, a word's later
+    sub-tokens), the labels the vocabulary or the classes."""
+    batch = padded(model, side)
+    classes = model.config.vocab_size if hasattr(model, "lm_head") or hasattr(model, "cls") else model.config.num_labels
+    labels = (batch["input_ids"] * 7 % classes).masked_fill(batch["attention_mask"] == 0, -100)
+    labels[0, ::3] = -100
+    return model(**batch, labels=labels).loss
+
+
+def span_loss(model: PreTrainedModel, side: str, positions_column: bool) -> list:
+    """The span loss with one row's answer past the input (clamped and ignored, as BERT's), and the span scores."""
+    batch = padded(model, side)
+    starts, ends = torch.tensor([2, 30]), torch.tensor([5, 40])
+    if positions_column:
+        starts, ends = starts[:, None], ends[:, None]
+    outputs = model(**batch, start_positions=starts, end_positions=ends)
+    mask = batch["attention_mask"].bool()
+    return [outputs.loss, outputs.start_logits[mask], outputs.end_logits[mask]]
+
+
+def span_over_stride_windows(model: PreTrainedModel) -> tuple[str, float]:
+    tokenizer = word_tokenizer(SPECIALS)
+    context = " ".join(["the big red cat sat on a blue mat and a small dog ran far away"] * 4)
+    return best_span(model, tokenizer, "where the cat sat", context)
+
+
+def fill_mask_pipeline(model: PreTrainedModel) -> list:
+    filler = pipeline("fill-mask", model=model, tokenizer=word_tokenizer({**SPECIALS, "mask_token": "<mask>"}), top_k=4)
+    answers = filler(["the big <mask> sat on a mat", "a <mask> dog"])
+    return [[(guess["token_str"], guess["score"]) for guess in answer] for answer in answers]
+
+
+def masked_lm_trainer(model: PreTrainedModel) -> list:
+    """Three steps of the Trainer (SGD) on DataCollatorForLanguageModeling(mlm=True)'s masked batches (the same masks:
+    the Trainer seeds them), then the evaluation loss. The two models' gradients agree to 1e-6 (the same sums in
+    another order); measured on this tiny model, the losses drift apart by ~1e-4 after two updates (~5e-4 under
+    Adam, whose first steps follow the gradients' signs): hence SGD and the tolerance."""
+    tokenizer = word_tokenizer({**SPECIALS, "mask_token": "<mask>"})
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=0.3)
+    rows = [{"input_ids": row} for row in prompts(model, batch=4, length=8) % len(tokenizer)]
+    with tempfile.TemporaryDirectory() as folder:
+        run = trainer(model, folder, max_steps=3, learning_rate=0.1, optim="sgd")
+        run.data_collator, run.train_dataset = collator, rows
+        run.train()
+        torch.manual_seed(0)
+        evaluation = run.evaluate(rows)["eval_loss"]
+    return [[entry["loss"] for entry in run.state.log_history if "loss" in entry], evaluation]
+
+
+ISSUE_58_ACTIONS: dict[str, Action] = {
+    **{
+        f"masked LM: logits, {side} padding": on(bert_masked_lm, at_real_tokens, side=side)
+        for side in ("left", "right")
+    },
+    "masked LM: loss, -100 on the padding and unmasked tokens": on(bert_masked_lm, per_token_loss, side="right"),
+    "masked LM: resize_token_embeddings up (decoder bias too)": on(bert_masked_lm, resized, size=80),
+    "masked LM: untied decoder": on(functools.partial(bert_masked_lm, tie_word_embeddings=False), untied),
+    "pipeline: fill-mask": on(bert_masked_lm, fill_mask_pipeline),
+    "Trainer: masked LM on DataCollatorForLanguageModeling(mlm=True)": on(
+        bert_masked_lm, masked_lm_trainer, tolerance=1e-3
+    ),
+    **{
+        f"{family} token classification: {what}, {side} padding": on(
+            functools.partial(token_tagger, family), act, side=side
+        )
+        for family in ("BERT", "GPT-2")
+        for side in ("left", "right")
+        for what, act in (("logits", at_real_tokens), ("loss with -100", per_token_loss))
+    },
+    **{
+        f"{family} question answering: span loss, an answer past the input, positions {shape}, {side} padding": on(
+            functools.partial(span_scorer, family), span_loss, side=side, positions_column=shape == "(batch, 1)"
+        )
+        for family in ("BERT", "GPT-2")
+        for side in ("left", "right")
+        for shape in ("(batch,)", "(batch, 1)")
+    },
+    **{
+        f"{family} question answering: the best span over a long context's stride windows": on(
+            functools.partial(span_scorer, family), span_over_stride_windows
+        )
+        for family in ("BERT", "GPT-2")
+    },
+}
+
+
+@pytest.mark.parametrize("action", list(ISSUE_58_ACTIONS))
+def test_issue_58_the_token_level_heads_answer_as_the_anchor(action):
+    anchor, turner = ISSUE_58_ACTIONS[action].pair()
+    expected = ISSUE_58_ACTIONS[action].act(anchor)
+    assert_same(ISSUE_58_ACTIONS[action].act(turner), expected, ISSUE_58_ACTIONS[action].tolerance)
 
 
 @pytest.mark.parametrize("action", list(ACTIONS))
