@@ -2,8 +2,10 @@
 huggingface_hub's strict-dataclass error), whether it is built with it, assigned it later, or saved with it."""
 
 import dataclasses
+import inspect
 import json
 import pickle
+import re
 import tempfile
 from pathlib import Path
 
@@ -543,3 +545,20 @@ def test_a_config_changed_after_construction_saves_only_what_loads(field, data):
     for name in FIELDS:
         if getattr(config, name) is not None:
             assert getattr(loaded, name) == getattr(config, name), name
+
+
+def test_the_docstring_documents_every_argument_in_order_with_its_default():
+    """As GPT2Config and BertConfig: each of `__init__`'s parameters under Args, with its type, its default and a
+    meaning; a field added without its entry (or an entry left behind) fails here."""
+    args = TurnerConfig.__doc__.split("    Args:\n", 1)[1].split("\n\n", 1)[0]
+    entries = re.findall(r"^        (\w+) \((.+)\):\n((?:            .+\n?)+)", args, flags=re.MULTILINE)
+    parameters = {
+        name: parameter.default
+        for name, parameter in inspect.signature(TurnerConfig.__init__).parameters.items()
+        if name != "self"
+    }
+    assert [name for name, _, _ in entries] == list(parameters)
+    for name, kind, meaning in entries:
+        assert kind.startswith("`") and "*optional*" in kind and meaning.strip(), name
+        shown = re.search(r"defaults to `(.*)`$", kind).group(1)
+        assert shown == repr(parameters[name]).replace("'", '"'), f"{name}: documented {shown}, is {parameters[name]!r}"

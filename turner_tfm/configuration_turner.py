@@ -205,6 +205,112 @@ class TurnerConfig(_TurnerFields):
     `share_query_key` (footnote 9), `position_embedding_type` (§3), `position_embedding_combine` and `_size` (footnote
     19), `normalization` (figure 5) at `norm_position`, `mlp_hidden_layers` (footnote 14). Refusals are `ValueError`s.
 
+    Args:
+        transformers_version (`str`, *optional*, defaults to `None`):
+            The transformers release that saved the config (`save_pretrained` writes it).
+        architectures (`list[str]`, *optional*, defaults to `None`):
+            The classes the checkpoint was saved as (`save_pretrained` writes it).
+        output_hidden_states (`bool`, *optional*, defaults to `False`):
+            Return X^(0) and every block's output (`hidden_states`) unless a call says otherwise.
+        return_dict (`bool`, *optional*, defaults to `True`):
+            Return a `ModelOutput` rather than a tuple unless a call says otherwise.
+        dtype (`str` or `torch.dtype`, *optional*, defaults to `None`):
+            The dtype the weights were saved in, which `from_pretrained(dtype="auto")` loads them in.
+        chunk_size_feed_forward (`int`, *optional*, defaults to `0`):
+            transformers' feed-forward chunking; Turner's MLP runs every token at once and does not read it.
+        is_encoder_decoder (`bool`, *optional*, defaults to `False`):
+            Turner is one stack of blocks, never an encoder-decoder.
+        id2label (`dict[int, str]`, *optional*, defaults to `None`):
+            The classifier heads' class names; their number is `num_labels` (2 when unset).
+        label2id (`dict[str, int]`, *optional*, defaults to `None`):
+            The inverse of `id2label`.
+        problem_type (`str`, *optional*, defaults to `None`):
+            The sequence classifier's loss: `"regression"`, `"single_label_classification"` or
+            `"multi_label_classification"`; unset, chosen from `num_labels` and the labels' dtype.
+        vocab_size (`int`, *optional*, defaults to `32000`):
+            Tokens in the vocabulary: rows of the token embedding and of a language model's output head.
+        hidden_size (`int`, *optional*, defaults to `768`):
+            D, the features of each token (§1).
+        num_hidden_layers (`int`, *optional*, defaults to `12`):
+            M, the number of transformer blocks (§2.3).
+        num_attention_heads (`int`, *optional*, defaults to `12`):
+            H, the heads of multi-head self-attention (eq. 4).
+        head_dim (`int`, *optional*, defaults to `None`):
+            K, the width of each head's queries, keys and values (eq. 3); unset: D / H.
+        intermediate_size (`int`, *optional*, defaults to `None`):
+            Width of the MLP's hidden layer (§2.2); unset: 4 D.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            The MLP's activation (and the masked LM head's), a key of transformers' `ACT2FN`.
+        max_position_embeddings (`int`, *optional*, defaults to `None`):
+            Positions learned position embeddings cover; unset: 1024 for text, patches + 1 for images.
+        layer_norm_eps (`float`, *optional*, defaults to `1e-05`):
+            The epsilon of every token norm.
+        initializer_range (`float`, *optional*, defaults to `0.02`):
+            Standard deviation of the normal distribution every weight matrix starts from.
+        hidden_dropout (`float`, *optional*, defaults to `0.0`):
+            Dropout on the embeddings and on each residual branch.
+        attention_dropout (`float`, *optional*, defaults to `0.0`):
+            Dropout on the attention weights A.
+        classifier_dropout (`float`, *optional*, defaults to `0.0`):
+            Dropout before the sequence and token classifiers' linear head.
+        attention_bias (`bool`, *optional*, defaults to `True`):
+            Biases in `qkv_proj` and `o_proj`.
+        mlp_bias (`bool`, *optional*, defaults to `True`):
+            Biases in the MLP's projections.
+        is_causal (`bool`, *optional*, defaults to `None`):
+            The auto-regressive mask of §4.1 (each token sees itself and its left); False: every token sees every
+            token (images, BERT, the masked LM). Unset: False for images, with a pooler and for classifiers reading
+            the first token, else True.
+        position_embedding_type (`str`, *optional*, defaults to `"learned"`):
+            §3: `"learned"` or `"sinusoidal"` vectors given to each token, `"rotary"` (relative positions as rotations
+            of queries and keys), or `"none"`.
+        position_embedding_combine (`str`, *optional*, defaults to `None`):
+            How a position vector joins its token: `"add"`ed, or `"concat"`enated (footnote 19); unset: `"concat"`
+            when `position_embedding_size` is set, else `"add"`.
+        position_embedding_size (`int`, *optional*, defaults to `None`):
+            Width of concatenated position vectors; unset with `"concat"`: D / 4.
+        rope_theta (`float`, *optional*, defaults to `10000.0`):
+            The base of the rotary angles.
+        share_query_key (`bool`, *optional*, defaults to `False`):
+            U_k = U_q, the symmetric attention of footnote 9.
+        normalization (`str`, *optional*, defaults to `"layernorm"`):
+            The token norm (§2.3, figure 5): `"layernorm"`, `"rmsnorm"` or `"batchnorm"`.
+        norm_position (`str`, *optional*, defaults to `"pre"`):
+            `"pre"`: the norm on the inputs of MHSA and MLP, plus a final norm (the paper's figure); `"post"`: after
+            each residual sum (BERT, footnote 18).
+        mlp_hidden_layers (`int`, *optional*, defaults to `1`):
+            Hidden layers of the MLP, 1 or 2 (footnote 14).
+        embedding_layer_norm (`bool`, *optional*, defaults to `False`):
+            A token norm on X^(0), after positions and token types are added (BERT's).
+        type_vocab_size (`int`, *optional*, defaults to `0`):
+            Token types (segments) with an embedding of their own; 0: none.
+        classifier_pooling (`str`, *optional*, defaults to `None`):
+            What the sequence classifier reads: the first token (`"cls"`), the `"mean"` of the real tokens, or the
+            `"last"` real token; unset: `"last"` under the causal mask, `"cls"` with a pooler or for images, else
+            `"mean"`.
+        use_pooler (`bool`, *optional*, defaults to `False`):
+            BERT's pooler (a dense layer and tanh on the first token) on the backbone's output.
+        image_size (`int`, *optional*, defaults to `None`):
+            Side of the square images of an image model (§4.2); None: a text model.
+        patch_size (`int`, *optional*, defaults to `16`):
+            Side of each image patch.
+        num_channels (`int`, *optional*, defaults to `3`):
+            Channels of the input images.
+        use_cache (`bool`, *optional*, defaults to `True`):
+            Keep keys and values for the next step (§4.1's incremental property) unless a call says otherwise.
+        check_input_values (`bool`, *optional*, defaults to `True`):
+            Read token ids, labels and positions back to check their values (`checks_turner`); False: shapes only.
+        tie_word_embeddings (`bool`, *optional*, defaults to `None`):
+            The output head shares the token embedding's weight; unset: True unless positions are concatenated.
+        pad_token_id (`int`, *optional*, defaults to `None`):
+            The padding token.
+        bos_token_id (`int`, *optional*, defaults to `None`):
+            The token that begins a sequence.
+        eos_token_id (`int` or `list[int]`, *optional*, defaults to `None`):
+            The token (or tokens) that end a sequence, where `generate()` stops.
+
+    Example:
+
     >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))"""
 
     def __setattr__(self, name: str, value: object) -> None:
