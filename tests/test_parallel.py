@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from PIL import Image
 from transformers import AutoModelForCausalLM, pipeline
 from transformers.distributed.parallel_utils import replace_layer_number_by_wildcard
@@ -76,8 +77,13 @@ def launch_ranks(*checks: str, tmp_path: Path, timeout: float = 300) -> str:
     return "\n".join(outputs)
 
 
+# The Auto class each FSDP case's checkpoints load with, and the class it gives
+FSDP_AUTO_CLASSES = {
+    "lm": ("AutoModelForCausalLM", TurnerForCausalLM),
+    "masked-lm": ("AutoModelForMaskedLM", TurnerForMaskedLM),
+}
 TP_CASES = [*SWITCHES, "sequence-classifier", "image-classifier", "masked-lm", "token-classifier", "question-answering"]
-FSDP_CASES = ["tied", "untied"]
+FSDP_CASES = ["tied", "untied", "masked-lm"]
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +129,13 @@ def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(checked_ra
         expected = torch.load(work_dir / f"{case}-expected.pt")
         for saved in ("full", "dcp"):  # save_pretrained(), and save_pretrained(distributed_checkpoint=True)
             folder = work_dir / f"{case}-{saved}"
+            auto_name, model_class = FSDP_AUTO_CLASSES[CASES[case][0]]
             auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-            assert auto_map["AutoModelForCausalLM"] == "modeling_turner.TurnerForCausalLM", auto_map
+            assert auto_map[auto_name] == f"modeling_turner.{model_class.__name__}", auto_map
             assert "modeling_turner.py" in {path.name for path in folder.iterdir()}
             assert not list(folder.glob("_fsdp*.py")), "torch's FSDP sources were copied as the model's code"
-            model = AutoModelForCausalLM.from_pretrained(folder).eval()
+            model = getattr(transformers, auto_name).from_pretrained(folder).eval()
+            assert type(model) is model_class
             with torch.no_grad():
                 logits = model(**expected["inputs"]).logits
             torch.testing.assert_close(logits, expected["logits"], rtol=1e-5, atol=1e-5, msg=f"{case}-{saved}")
