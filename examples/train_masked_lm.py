@@ -72,11 +72,7 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
         model = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path)
     else:
-        if model_args.tokenizer == "bpe":
-            lines = train_text.splitlines(keepends=True)
-            tokenizer = data.bpe_tokenizer(lines, model_args.vocab_size, model_max_length=data_args.block_size)
-        else:
-            tokenizer = data.char_tokenizer([train_text], model_max_length=data_args.block_size)
+        tokenizer = data.text_tokenizer(model_args.tokenizer, train_text, model_args.vocab_size, data_args.block_size)
         tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})  # the token the collator hides others behind
         config = TurnerConfig(
             vocab_size=len(tokenizer),

@@ -139,6 +139,14 @@ def bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) 
     return _wrap(backend, model_max_length)
 
 
+def text_tokenizer(kind: str, text: str, vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
+    """The tokenizer a language-model script trains on `text`: `kind` "bpe" (`bpe_tokenizer` over its lines, of
+    `vocab_size` tokens) or "char" (`char_tokenizer`)."""
+    if kind == "bpe":
+        return bpe_tokenizer(text.splitlines(keepends=True), vocab_size, model_max_length)
+    return char_tokenizer([text], model_max_length)
+
+
 def _wrap(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
