@@ -55,6 +55,7 @@ CASES = {
     "sequence-classifier": ("text-classifier", {"is_causal": False, "num_labels": 3}),
     "image-classifier": ("image-classifier", {}),
     "masked-lm": ("masked-lm", {"is_causal": False}),  # its head `lm_head` vocabulary-parallel, tied
+    "masked-lm-untied": ("masked-lm", {"is_causal": False, "tie_word_embeddings": False}),
     "token-classifier": ("token-classifier", {"is_causal": False, "num_labels": 3}),
     "question-answering": ("question-answering", {}),
     # the long sweep (test_parallel.py's slow test): switches together

@@ -82,7 +82,15 @@ FSDP_AUTO_CLASSES = {
     "lm": ("AutoModelForCausalLM", TurnerForCausalLM),
     "masked-lm": ("AutoModelForMaskedLM", TurnerForMaskedLM),
 }
-TP_CASES = [*SWITCHES, "sequence-classifier", "image-classifier", "masked-lm", "token-classifier", "question-answering"]
+HEADS = [
+    "sequence-classifier",
+    "image-classifier",
+    "masked-lm",
+    "masked-lm-untied",
+    "token-classifier",
+    "question-answering",
+]
+TP_CASES = [*SWITCHES, *HEADS]
 FSDP_CASES = ["tied", "untied", "masked-lm"]
 
 
