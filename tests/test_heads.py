@@ -1,6 +1,7 @@
 """The token-level heads: masked LM, token classification, extractive question answering. Their losses against
 torch's cross-entropy written out, the tied output embedding, and the clear errors for what they cannot take."""
 
+import inspect
 import json
 import re
 
@@ -131,3 +132,10 @@ def test_targets_a_head_cannot_take_are_refused_by_name(model_class, targets, me
     model = model_class(encoder_config(num_labels=3))
     with pytest.raises(ValueError, match=re.escape(message)):
         model(input_ids=random_ids(2, 5), **targets)
+
+
+@pytest.mark.parametrize("model_class", [TurnerForMaskedLM, TurnerForTokenClassification, TurnerForQuestionAnswering])
+def test_each_heads_forward_documents_every_argument(model_class):
+    parameters = [name for name in inspect.signature(model_class.forward).parameters if name not in ("self", "kwargs")]
+    documented = re.findall(r"^        (\w+) \(`", model_class.forward.__doc__, flags=re.MULTILINE)
+    assert documented == parameters
