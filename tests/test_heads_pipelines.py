@@ -36,20 +36,29 @@ SIZES = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
 SCORE_TOLERANCE = 1e-5
 
 
+SOURCE_CLASSES = {
+    "bert-mlm": BertForMaskedLM,
+    "bert-tagger": BertForTokenClassification,
+    "bert-qa": BertForQuestionAnswering,
+    "gpt2-tagger": GPT2ForTokenClassification,
+    "gpt2-qa": GPT2ForQuestionAnswering,
+}
+
+
 def sources() -> dict[str, PreTrainedModel]:
     """One tiny checkpoint of each head; weights spread wide (initializer_range=0.5) so that no two scores tie."""
     vocab = len(word_tokenizer(SPECIALS))
     bert = dict(vocab_size=vocab, max_position_embeddings=64, intermediate_size=24, initializer_range=0.5, **SIZES)
     gpt2 = dict(vocab_size=vocab, n_positions=64, n_embd=16, n_layer=2, n_head=2, initializer_range=0.5)
     gpt2 |= dict(pad_token_id=0, bos_token_id=3, eos_token_id=3)
+    families = {"bert": (BertConfig, bert), "gpt2": (GPT2Config, gpt2)}
     torch.manual_seed(0)
-    return {
-        "bert-mlm": BertForMaskedLM(BertConfig(**bert)),
-        "bert-tagger": BertForTokenClassification(BertConfig(**bert, id2label=TAGS)),
-        "bert-qa": BertForQuestionAnswering(BertConfig(**bert)),
-        "gpt2-tagger": GPT2ForTokenClassification(GPT2Config(**gpt2, id2label=TAGS)),
-        "gpt2-qa": GPT2ForQuestionAnswering(GPT2Config(**gpt2)),
-    }
+    models = {}
+    for name, model_class in SOURCE_CLASSES.items():
+        family, head = name.split("-")
+        config_class, settings = families[family]
+        models[name] = model_class(config_class(**settings, **({"id2label": TAGS} if head == "tagger" else {})))
+    return models
 
 
 def convert(*args: str) -> None:
@@ -91,12 +100,13 @@ def test_fill_mask_gives_the_source_models_tokens_and_scores(folders):
     assert_same_answers(expected, turner(texts))
 
 
-def test_a_masked_lm_converted_back_is_berts_tensor_for_tensor(folders):
-    convert("bert", str(folders / "bert-mlm-turner"), str(folders / "bert-mlm-again"), "--reverse")
-    assert_same_state_dict(
-        BertForMaskedLM.from_pretrained(folders / "bert-mlm"),
-        BertForMaskedLM.from_pretrained(folders / "bert-mlm-again"),
-    )
+@pytest.mark.parametrize("name", list(SOURCE_CLASSES))
+def test_each_head_converted_back_with_reverse_is_the_source_tensor_for_tensor(folders, name):
+    convert(name.split("-")[0], str(folders / f"{name}-turner"), str(folders / f"{name}-again"), "--reverse")
+    source_class = SOURCE_CLASSES[name]
+    again = source_class.from_pretrained(folders / f"{name}-again")
+    assert type(again) is source_class
+    assert_same_state_dict(source_class.from_pretrained(folders / name), again)
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
