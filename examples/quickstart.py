@@ -31,7 +31,10 @@ def main() -> None:
     parser.set_defaults(output_dir="turner-quickstart", max_steps=1000, learning_rate=3e-3, logging_first_step=True,
                         per_device_train_batch_size=8, warmup_steps=0.05, lr_scheduler_type="cosine",
                         logging_steps=25, save_strategy="no", dataloader_pin_memory=False)  # fmt: skip
-    args, training_args = parser.parse_args_into_dataclasses()
+    try:
+        args, training_args = parser.parse_args_into_dataclasses()
+    except ValueError as error:  # a value TurnerConfig or TrainingArguments refused: one line, as argparse says it
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     set_seed(training_args.seed)
 
     text = data.stdlib_docstrings()

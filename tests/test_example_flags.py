@@ -128,6 +128,19 @@ def test_a_bad_value_or_combination_stops_with_the_usage_naming_the_flag(argv, m
     assert error.startswith("usage: ") and message in error, error[-2000:]
 
 
+def test_the_quickstart_refuses_a_bad_value_in_one_line(capsys, monkeypatch) -> None:
+    from examples import quickstart
+
+    monkeypatch.setattr("sys.argv", ["quickstart.py", "--hidden-size", "30"])
+    with pytest.raises(SystemExit) as stopped:
+        quickstart.main()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "quickstart.py: error: TurnerConfig: `hidden_size`=30 is invalid; it must be divisible by "
+        "num_attention_heads=4, or set head_dim.\n"
+    )
+
+
 def test_a_bad_value_in_a_file_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "args.yaml").write_text("normalization: tokennorm\nhidden_size: 64\n")
     with pytest.raises(SystemExit):

@@ -118,3 +118,18 @@ def test_a_width_the_heads_cannot_split_is_a_usage_error(monkeypatch, capsys):
         run("masking_width", ["--widths", "8", "9"], monkeypatch)
     assert done.value.code == 2
     assert "--widths: [9]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("initial", "final", "diverged", "said"),
+    [
+        (2.302, 1.9, False, ""),
+        (2.302, 2.313, True, " the training loss rose: 2.302 at the first step, 2.313 over the last 10% of steps"),
+        (2.302, float("nan"), True, " DIVERGED: the training loss became NaN or infinite"),
+    ],
+)
+def test_a_runs_progress_line_says_what_its_loss_did(initial, final, diverged, said):
+    """A short run whose loss moved 2.302 -> 2.313 is not called diverged: the line says what was measured."""
+    from examples.experiments._shared import progress_flag
+
+    assert progress_flag(initial, final, diverged) == said

@@ -69,6 +69,15 @@ def test_static_cache_generates_what_the_dynamic_cache_generates(model):
     assert torch.equal(greedy(model, ids, cache_implementation="static"), greedy(model, ids))
 
 
+def test_flex_attention_with_the_static_cache_generates_what_sdpa_generates(model):
+    """Flex attention's block masks reach the input checks (as Llama's do) with the static cache."""
+    flex = TurnerForCausalLM(text_config(attn_implementation="flex_attention")).eval()
+    flex.load_state_dict(model.state_dict())
+    ids = random_ids(2, 5)
+    expected = greedy(model, ids)
+    assert torch.equal(greedy(flex, ids, cache_implementation="static"), expected)
+
+
 def test_greedy_decoding_follows_the_argmax(model):
     ids = random_ids(1, 5)
     generated = greedy(model, ids)

@@ -2,6 +2,7 @@
 git: after `python -m examples.NAME` from the repository root, `git status` shows nothing new."""
 
 import ast
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,6 +75,25 @@ def test_an_export_of_each_trained_folder_under_its_default_name_is_ignored():
     assert "turner-quickstart" in folders and len(folders) >= 6
     for folder, export_format in ((folder, name) for folder in folders for name in FORMATS):
         assert ignored(f"{folder}-{export_format}/config.json"), f"{folder}-{export_format}"
+
+
+def docs_outputs() -> dict[str, str]:
+    """The folders the commands in README.md and docs/ write (`--output-dir X` of an `examples.` run; a command
+    continued with a backslash read as one line), each with a page that names it."""
+    outputs = {}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in re.sub(r"\\\n\s*", " ", page.read_text()).splitlines():
+            if "-m examples." in line or "examples/" in line:
+                for match in re.finditer(r"--output(?:-dir|_dir)?[ =]([^\s`'\"]+)", line):
+                    outputs[match.group(1)] = page.name
+    return outputs
+
+
+def test_the_output_folders_of_the_docs_commands_are_ignored():
+    outputs = docs_outputs()
+    assert {"qs", "qs-onnx", "run"} <= set(outputs), outputs  # the parsing finds the commands it must
+    for folder, page in outputs.items():
+        assert ignored(f"{folder}/config.json"), f"{page} writes {folder}/: add /{folder}/ to .gitignore"
 
 
 def test_the_repository_itself_is_not_ignored():

@@ -2,6 +2,7 @@
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,29 @@ def test_config_from_a_newer_version_loads_with_a_warning(tmp_path):
     logger = logging.get_logger("turner_tfm.configuration_turner")
     with CaptureLogger(logger) as captured:
         config = TurnerConfig.from_pretrained(tmp_path)
-    assert "unknown fields ['quantum_attention'] (from a newer turner_tfm?)" in captured.out
+    assert "unknown fields ['quantum_attention'] are kept in the config but no Turner model reads them" in captured.out
     assert config.hidden_size == 32
+
+
+@pytest.mark.parametrize(
+    ("foreign", "ours"),
+    [
+        ({"num_heads": 4}, "num_attention_heads=4"),
+        ({"n_head": 4, "n_embd": 64}, "hidden_size=64, num_attention_heads=4"),  # sorted by their names
+        ({"n_layer": 2}, "num_hidden_layers=2"),
+        ({"d_model": 64}, "hidden_size=64"),
+        ({"n_positions": 128}, "max_position_embeddings=128"),
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_eps=1e-06"),
+    ],
+)
+def test_another_familys_config_names_are_refused_naming_turners(foreign, ours):
+    """GPT-2's, BERT's or T5's names for a size would otherwise be kept unread, and a model of the default shape
+    (12 heads, 12 layers) built instead of the one asked for."""
+    with pytest.raises(
+        ValueError, match=re.escape(f"TurnerConfig: {sorted(foreign)} are other model families' names")
+    ) as error:
+        TurnerConfig(**foreign)
+    assert str(error.value).endswith(f"Turner reads transformers' standard names: pass {ours}")
 
 
 def test_a_plain_saved_config_loads_without_warnings(tmp_path):
@@ -73,6 +95,17 @@ def test_a_plain_saved_config_loads_without_warnings(tmp_path):
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(2, 4)}, "attention_mask", "(2, 5)"),
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(3, 5)}, "attention_mask", "(2, 5)"),
         ({"input_ids": random_ids(2, 5), "attention_mask": torch.ones(10)}, "attention_mask", "(2, 5)"),
+        (
+            {"input_ids": random_ids(2, 5), "position_ids": torch.arange(4)[None]},
+            "position_ids",
+            "(2, 5) or (1, 5) or (5,)",
+        ),
+        (
+            {"input_ids": random_ids(2, 5), "position_ids": torch.zeros(3, 5, dtype=torch.long)},
+            "position_ids",
+            "(1, 5)",
+        ),
+        ({"input_ids": random_ids(2, 5), "position_ids": torch.ones(2, 5)}, "position_ids", "integer positions"),
         ({"inputs_embeds": torch.randn(2, 5, 31)}, "inputs_embeds", "32"),
         ({"inputs_embeds": torch.randn(0, 5, 32)}, "inputs_embeds", "batch >= 1"),
         ({"input_ids": random_ids(2, 5), "labels": random_ids(2, 4)}, "labels", "(2, 5)"),
@@ -85,6 +118,28 @@ def test_bad_text_inputs_get_a_value_error_naming_the_argument(causal_lm, kwargs
         causal_lm(**kwargs)
     assert f"`{argument}`" in str(error.value)
     assert hint in str(error.value)
+
+
+@pytest.mark.parametrize("ids", [random_ids(2, 5).numpy(), random_ids(2, 5).tolist()], ids=["numpy", "list"])
+@pytest.mark.parametrize("call", ["forward", "generate"])
+def test_ids_that_are_not_a_tensor_get_a_type_error_saying_to_pass_one(causal_lm, ids, call):
+    method = causal_lm if call == "forward" else causal_lm.generate
+    with pytest.raises(TypeError, match=r"^`input_ids` must be a torch.Tensor, got a (numpy.ndarray|list): pass torch"):
+        method(ids)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument", "shape"),
+    [
+        ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, "attention_mask", "(2, 4)"),
+        ({"attention_mask": torch.ones(1, 5, dtype=torch.long)}, "attention_mask", "(1, 5)"),
+        ({"position_ids": torch.arange(4)[None]}, "position_ids", "(1, 4)"),
+    ],
+)
+def test_generate_names_a_mask_or_positions_of_the_wrong_shape(causal_lm, kwargs, argument, shape):
+    """generate() derives the positions from the mask before the model sees either: both are checked by name."""
+    with pytest.raises(ValueError, match=rf"^`{argument}` of shape \{shape[:-1]}\).* is invalid: expected .*\(2, 5\)"):
+        causal_lm.generate(random_ids(2, 5), max_new_tokens=2, **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -43,9 +45,14 @@ STARTUP_TIMEOUT = 180  # seconds for the server to answer /health
 REQUEST_TIMEOUT = 120
 # Continuous batching runs with turner-serve's own paged-cache size (upstream's would be most of the machine's RAM):
 # room for 16 requests (--cb-max-requests' default) of 64 positions, one 256-token block each.
+MAX_TOKENS_LIMIT = 32  # the servers' --max-tokens-limit: new tokens one request may ask for
 SERVERS = {  # name: (folder, turner-serve options, the command: the installed script or the module)
-    "installed": ("chat", [], "script"),
-    "remote-code-cb": ("chat", ["--trust-remote-code", "--continuous-batching"], "module"),
+    "installed": ("chat", ["--max-tokens-limit", str(MAX_TOKENS_LIMIT)], "script"),
+    "remote-code-cb": (
+        "chat",
+        ["--trust-remote-code", "--continuous-batching", "--max-tokens-limit", str(MAX_TOKENS_LIMIT)],
+        "module",
+    ),
 }
 SERVER_MEMORY = 2 * 2**30  # bytes of RSS a server of these tiny models stays under, its paged cache included
 SCRIPT = Path(sys.executable).with_name("turner-serve")  # what `pip install` put beside this interpreter
@@ -323,6 +330,7 @@ def test_the_model_list_names_the_served_model_as_requests_name_it(server, refer
     completion request must use; the OpenAI client reads it, and a request with that name is answered."""
     models = server.client().models.list().data
     assert [(model.id, model.object, model.owned_by) for model in models] == [(server.model, "model", "turner-serve")]
+    assert models[0].max_tokens_limit == MAX_TOKENS_LIMIT  # --max-tokens-limit, for clients to read
     answer = server.client().completions.create(model=models[0].id, prompt="Hi", max_tokens=12, temperature=0)
     assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(12, prompt="Hi")
 
@@ -475,6 +483,46 @@ def test_a_huge_max_tokens_gets_a_400_saying_how_many_fit(server, reference, pat
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_max_tokens_over_the_servers_limit_gets_a_400_naming_the_limit(server, reference, stream):
+    """The prompt leaves 62 positions, but the server gives one request at most --max-tokens-limit new tokens."""
+    asked = MAX_TOKENS_LIMIT + 8
+    limit = rf"max_tokens={asked} is more new tokens than this server gives one request, {MAX_TOKENS_LIMIT} "
+    with pytest.raises(BadRequestError, match=limit + r"\(turner-serve --max-tokens-limit\)"):
+        server.client().completions.create(model=server.model, prompt="Hi", max_tokens=asked, stream=stream)
+    answer = server.client().completions.create(model=server.model, prompt="Hi", max_tokens=MAX_TOKENS_LIMIT)
+    assert answer.usage.completion_tokens == MAX_TOKENS_LIMIT
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("temperature", -0.5, "[0, 2]"),
+        ("temperature", 2.5, "[0, 2]"),
+        ("temperature", "hot", "[0, 2]"),
+        ("top_p", 0, "(0, 1]"),
+        ("top_p", 1.5, "(0, 1]"),
+        ("top_p", True, "(0, 1]"),
+    ],
+)
+def test_a_sampling_parameter_outside_openais_range_gets_a_400_naming_it(server, reference, name, value, allowed):
+    body = {"model": server.model, "prompt": "Hi", "max_tokens": 4, name: value}
+    status, answer = post_raw(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 400, answer
+    message = json.loads(answer)["error"]["message"]
+    assert message == f"{name} must be a number in {allowed}, as OpenAI's API takes it; got {value!r}"
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_empty_prompt_gets_a_400_naming_it(server, reference, stream):
+    """The folder's tokenizer adds no BOS token, so an empty prompt leaves generate() nothing to continue."""
+    with pytest.raises(BadRequestError, match=r"the prompt is empty: .* send at least one character"):
+        server.client().completions.create(model=server.model, prompt="", max_tokens=4, stream=stream)
+    check_answers_correctly(server, reference)
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_a_prompt_longer_than_the_learned_positions_gets_a_400(server, reference, stream):
     prompt = "a" * (POSITIONS + 10)
     with pytest.raises(BadRequestError, match=rf"the prompt is {POSITIONS + 10} tokens.*max_position_embeddings"):
@@ -491,14 +539,23 @@ def test_a_chat_longer_than_the_learned_positions_gets_a_400(server, reference, 
     check_answers_correctly(server, reference)
 
 
-def test_a_client_that_disconnects_mid_stream_leaves_the_server_serving(server, reference):
-    body = json.dumps({"model": server.model, "prompt": "Stream", "max_tokens": 50, "temperature": 0, "stream": True})
+@contextmanager
+def unread_request(server: Server, body: dict) -> Iterator[socket.socket]:
+    """A completion request for `body` sent on a raw connection and left unread: the client hangs up when the block
+    ends."""
+    data = json.dumps({"model": server.model, **body})
     request = (
         f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n{body}"
+        f"Content-Length: {len(data)}\r\n\r\n{data}"
     ).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=REQUEST_TIMEOUT) as connection:
         connection.sendall(request)
+        yield connection
+
+
+def test_a_client_that_disconnects_mid_stream_leaves_the_server_serving(server, reference):
+    body = {"prompt": "Stream", "max_tokens": 30, "temperature": 0, "stream": True}
+    with unread_request(server, body) as connection:
         received = b""
         while b"data: " not in received:  # the first streamed token has arrived
             chunk = connection.recv(4096)
@@ -557,6 +614,65 @@ def test_a_rotary_model_answers_a_prompt_past_its_positions_as_generate_does(rot
             client.completions.create(model=server.model, prompt=long_prompt, temperature=0)
         answer = client.completions.create(model=server.model, prompt=short_prompt, temperature=0)
         assert (answer.choices[0].text, answer.usage.completion_tokens) == up_to_the_positions
+    finally:
+        stop_server(server)
+
+
+CARELESS_OPTIONS = ["--max-tokens-limit", "1000000", "--max-waiting", "0"]  # a huge ask is let through, nobody waits
+
+
+@pytest.fixture(scope="module")
+def endless_folder(tmp_path_factory) -> Path:
+    """A rotary model without an end-of-sequence id: only max_tokens ends its completions."""
+    folder = tmp_path_factory.mktemp("endless") / "endless"
+    torch.manual_seed(0)
+    config = text_config(
+        vocab_size=len(SPECIALS) + len(CHARACTERS), position_embedding_type="rotary", eos_token_id=None
+    )
+    TurnerForCausalLM(config).save_pretrained(folder)
+    char_tokenizer(None).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("served", list(SERVERS))
+def test_one_careless_client_does_not_take_the_server_from_everyone(endless_folder, served, tmp_path):
+    """A client asks for far more tokens than it wants and hangs up: its generation stops, and the next request is
+    answered at once. While such a request generates, another gets a 503 at once from the sequential server (none may
+    wait here) and is answered by continuous batching. SIGTERM with it still in flight ends the server in seconds."""
+    _, options, _ = SERVERS[served]
+    continuous = "--continuous-batching" in options
+    # the paged cache has room for 16 requests of 1024 positions; sequential generate() would run for many minutes
+    huge = {"prompt": "Once upon", "max_tokens": 10_000 if continuous else 200_000, "temperature": 0}
+    model = AutoModelForCausalLM.from_pretrained(endless_folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(endless_folder)
+    ids = tokenizer("Hello", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = tokenizer.decode(model.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :])
+    server = start_server(endless_folder, [*options[:-2], *CARELESS_OPTIONS], tmp_path)  # less --max-tokens-limit
+
+    def answered_at_once() -> str:
+        client = server.client().with_options(timeout=30)
+        return (
+            client.completions.create(model=server.model, prompt="Hello", max_tokens=6, temperature=0).choices[0].text
+        )
+
+    try:
+        with unread_request(server, huge):
+            time.sleep(1)  # its generation has begun
+        assert answered_at_once() == expected
+        with unread_request(server, huge):
+            time.sleep(1)
+            if continuous:
+                assert answered_at_once() == expected
+            else:
+                status, answer = post_raw(
+                    server, "/v1/completions", json.dumps({"model": server.model, **huge}).encode()
+                )
+                assert status == 503 and "the server is busy" in answer and "--max-waiting 0" in answer, answer
+            started = time.monotonic()
+            os.kill(server.process.pid, signal.SIGTERM)
+            server.process.wait(timeout=20)
+            assert time.monotonic() - started < 10, server.output()[-3000:]
     finally:
         stop_server(server)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
 from transformers.cache_utils import Cache
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
@@ -113,6 +114,7 @@ def check_text_call(
     if isinstance(past_length, torch.Tensor) and past_length.device.type == "cpu" and not is_torchdynamo_compiling():
         past_length = int(past_length)  # a static cache's count, free to read on the CPU
     check_token_type_ids(token_type_ids, (batch_size, length))
+    check_position_ids(position_ids, (batch_size, length))
     if isinstance(past_length, int):
         check_attention_mask(attention_mask, batch_size, past_length + length)
     checks = []
@@ -137,10 +139,12 @@ def check_text_call(
 
 
 def check_text_shapes(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty."""
+    """Exactly one of `input_ids` (batch, N) and `inputs_embeds` (batch, N, D), non-empty tensors."""
     if (input_ids is None) == (inputs_embeds is None):
         given = "both" if input_ids is not None else "neither"
         raise ValueError(f"Pass exactly one of `input_ids` and `inputs_embeds`; got {given}.")
+    check_is_tensor("input_ids", input_ids)
+    check_is_tensor("inputs_embeds", inputs_embeds)
     if input_ids is not None:
         if input_ids.ndim != 2 or 0 in input_ids.shape or input_ids.is_floating_point():
             raise _invalid_input(
@@ -156,6 +160,47 @@ def check_text_shapes(config: TurnerConfig, input_ids: torch.Tensor | None, inpu
             _shape(inputs_embeds),
             f"expected (batch >= 1, sequence >= 1, {config.token_embedding_size}), the token embedding width",
         )
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_is_tensor(name: str, value: object) -> None:
+    """A model input given as a list or a NumPy array is a TypeError that says to pass a tensor."""
+    if value is not None and not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"`{name}` must be a torch.Tensor, got a {_type_name(value)}: pass "
+            "torch.tensor(...) (or torch.from_numpy(...)), or call the tokenizer with return_tensors='pt'"
+        )
+
+
+def check_position_ids(position_ids: torch.Tensor | None, input_shape: tuple[int, int]) -> None:
+    """Positions index the tokens of this call: one per token, per row or shared by every row."""
+    if position_ids is None:
+        return
+    check_is_tensor("position_ids", position_ids)
+    batch, length = input_shape
+    shapes = dict.fromkeys([(batch, length), (1, length), (length,)])  # in this order, once each
+    if tuple(position_ids.shape) not in shapes or position_ids.is_floating_point():
+        allowed = " or ".join(map(str, shapes))
+        raise _invalid_input(
+            "position_ids", _shape_and_dtype(position_ids), f"expected integer positions of shape {allowed}"
+        )
+
+
+def check_generate_inputs(input_ids: object, attention_mask: object) -> None:
+    """generate()'s prompt and its padding mask: tensors, the mask one entry a prompt token (checked before
+    generate() derives positions from it)."""
+    check_is_tensor("input_ids", input_ids)
+    check_is_tensor("attention_mask", attention_mask)
+    both = isinstance(input_ids, torch.Tensor) and isinstance(attention_mask, torch.Tensor)
+    if both and attention_mask.shape != input_ids.shape:
+        allowed = (
+            f"expected the prompt's shape {tuple(input_ids.shape)} (input_ids), 1 for real tokens and 0 for padding"
+        )
+        raise _invalid_input("attention_mask", _shape(attention_mask), allowed)
 
 
 def check_token_type_ids(token_type_ids: torch.Tensor | None, input_shape: tuple[int, int]) -> None:
@@ -179,9 +224,12 @@ def token_type_check(config: TurnerConfig, token_type_ids: torch.Tensor) -> Rang
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks, and continuous batching's masks per
-    layer type (a dict), are taken as prepared by the caller."""
-    if attention_mask is None or isinstance(attention_mask, dict) or attention_mask.ndim == 4:
+    """A 2-D padding mask must be (batch, past + current tokens); 4-D masks, flex attention's block masks and
+    continuous batching's masks per layer type (a dict) are taken as prepared by the caller."""
+    if attention_mask is None or isinstance(attention_mask, (dict, BlockMask)):
+        return
+    check_is_tensor("attention_mask", attention_mask)
+    if attention_mask.ndim == 4:
         return
     if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
         raise _invalid_input(

@@ -34,6 +34,27 @@ _token_id = _checked(dataclasses.field, "it must be None or an integer token id 
 _PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
 _PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
 _UNSET = object()
+# Other families' names for fields Turner spells as HF's standard names: refused by name rather than kept unread (a
+# model of another shape than asked would be built)
+_FOREIGN_NAMES = {
+    "n_embd": "hidden_size",
+    "d_model": "hidden_size",
+    "n_head": "num_attention_heads",
+    "num_heads": "num_attention_heads",
+    "n_heads": "num_attention_heads",
+    "n_layer": "num_hidden_layers",
+    "n_layers": "num_hidden_layers",
+    "num_layers": "num_hidden_layers",
+    "n_inner": "intermediate_size",
+    "ffn_dim": "intermediate_size",
+    "d_ff": "intermediate_size",
+    "n_positions": "max_position_embeddings",
+    "n_ctx": "max_position_embeddings",
+    "activation_function": "hidden_act",
+    "layer_norm_epsilon": "layer_norm_eps",
+    "hidden_dropout_prob": "hidden_dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+}
 _OWN_PLAN = "built from the config's own fields; pass from_pretrained distributed_config=DistributedConfig(tp_plan=...)"
 
 
@@ -98,10 +119,18 @@ class _TurnerFields(PreTrainedConfig):
             raise ValueError(f"TurnerConfig: {built} are {_OWN_PLAN}")
         fields = [field.name for field in dataclasses.fields(self)]
         known = {*fields, *dir(PreTrainedConfig), *GenerationConfig._get_default_generation_params()}
+        if foreign := sorted(set(kwargs) & set(_FOREIGN_NAMES)):
+            ours = ", ".join(f"{_FOREIGN_NAMES[name]}={kwargs[name]!r}" for name in foreign)
+            raise ValueError(
+                f"TurnerConfig: {foreign} are other model families' names (GPT-2's, BERT's, T5's, ...); Turner reads "
+                f"transformers' standard names: pass {ours}"
+            )
         if unknown := sorted(set(kwargs) - known - _PASSED_BY_TRANSFORMERS):
             close = [match[0] for name in unknown if (match := difflib.get_close_matches(name, fields, 1, 0.8))]
-            hint = f" (did you mean {close}?)" if close else " (from a newer turner_tfm?)"
-            logger.warning(f"TurnerConfig: unknown fields {unknown}{hint} are kept but nothing reads them.")
+            hint = f" (did you mean {close}?)" if close else ""
+            logger.warning(
+                f"TurnerConfig: unknown fields {unknown}{hint} are kept in the config but no Turner model reads them."
+            )
         self._derive()
         if self.is_causal and self.normalization == "batchnorm":  # later tokens change earlier outputs in training
             logger.warning("TurnerConfig: batchnorm mixes tokens: the causal mask is not airtight in training")

@@ -21,7 +21,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
-from .checks_turner import check_cache, check_generated_pad, check_generation_length
+from .checks_turner import check_cache, check_generate_inputs, check_generated_pad, check_generation_length
 from .compat_turner import CACHE_NAME
 from .configuration_turner import TurnerConfig
 
@@ -190,7 +190,11 @@ class TurnerGenerationMixin(GenerationMixin):
 
     def generate(self, *args, **kwargs):
         """`GenerationMixin.generate`, the prompt's forward pass checked as any other, the steps after it not when
-        they feed the model its own tokens (`generated_step`)."""
+        they feed the model its own tokens (`generated_step`). The prompt and its mask are checked first
+        (`check_generate_inputs`): generate() derives positions from the mask before the model sees either."""
+        check_generate_inputs(
+            args[0] if args else kwargs.get("inputs", kwargs.get("input_ids")), kwargs.get("attention_mask")
+        )
         token = _DECODING.set(_Decoding())
         try:
             return super().generate(*args, **kwargs)

@@ -26,20 +26,35 @@ module adds the smallest piece for each and leaves the server itself alone:
    14 GiB at its first request): `paged_cache_options` sizes it from what the model can use instead, room for
    `--cb-max-requests` requests of `max_position_embeddings` positions each, unless `--cb-num-blocks` says otherwise.
 
+4. One client must not hold the model from everyone (`Admission`). Upstream, a non-streamed request runs to its last
+   token after its client hung up, every later request waits behind it in the sequential configuration, and SIGTERM
+   waits for it. Here a request may ask for at most `--max-tokens-limit` new tokens (400 past it); a generation stops
+   at its next token once its client is gone (a stopping criterion in sequential `generate()`, the paged scheduler's
+   own cancellation under `--continuous-batching`); in the sequential configuration at most `--max-waiting` requests
+   wait while one generates and more get a 503 at once (continuous batching interleaves requests instead); and
+   SIGTERM or SIGINT stops every generation in flight, so the server exits in seconds.
+
 Everything after the folder is `transformers serve`'s own options, parsed by its own command (`--help` lists them),
-plus `--cb-max-requests`.
+plus turner-serve's `--cb-max-requests`, `--max-tokens-limit` and `--max-waiting`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 SERVED_ROUTES = ("/v1/completions", "/v1/chat/completions")
 MODELS_ROUTE = "/v1/models"
 CB_MAX_REQUESTS = 16  # --cb-max-requests' default: requests the paged cache holds at once, at full length each
+MAX_TOKENS_LIMIT = 1024  # --max-tokens-limit's default: new tokens one request may ask for (upstream's default ask)
+MAX_WAITING = 16  # --max-waiting's default: requests that wait while one generates (sequential configuration)
+SAMPLING_RANGES = {"temperature": (0.0, 2.0, True), "top_p": (0.0, 1.0, False)}  # OpenAI's: (low, high, low allowed)
+X_REQUEST_ID = b"x-request-id"  # the header `transformers serve` takes a request's id from
 
 
 def model_class_for(folder: str, config: Any, trust_remote_code: bool) -> type:
@@ -92,13 +107,14 @@ def expose_architecture(folder: str, trust_remote_code: bool) -> type | None:
 
 
 class RequestChecks:
-    """ASGI middleware: answers 400 to a completion request the model cannot serve before the server reads it, and
-    passes every other request through (the body replayed as it came, or with the `max_tokens` a request without
-    one may use)."""
+    """ASGI middleware: answers 400 to a completion request the model cannot serve before the server reads it, 503 to
+    one it has no room for (`Admission`), and passes every other request through (the body replayed as it came, or
+    with the `max_tokens` a request without one may use), its generation watched by `Admission`."""
 
-    def __init__(self, app: Any, model: ServedModel) -> None:
+    def __init__(self, app: Any, model: ServedModel, admission: Admission) -> None:
         self.app = app
         self.model = model
+        self.admission = admission
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == MODELS_ROUTE:
@@ -120,6 +136,10 @@ class RequestChecks:
         except RequestError as error:
             await _send_json(send, 400, {"error": {"message": str(error), "type": "invalid_request_error"}})
             return
+        if refusal := self.admission.refusal():
+            error = {"error": {"message": refusal, "type": "server_busy"}}
+            await _send_json(send, 503, error, [(b"retry-after", b"1")])
+            return
         replayed = False
 
         async def replay() -> dict:
@@ -129,18 +149,148 @@ class RequestChecks:
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
-        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-        await self.app(scope, replay, send)
+        request_id = dict(scope["headers"]).get(X_REQUEST_ID, b"").decode() or str(uuid.uuid4())
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-length", X_REQUEST_ID)]
+        headers += [(b"content-length", str(len(body)).encode()), (X_REQUEST_ID, request_id.encode())]
+        scope = {**scope, "headers": headers}
+        await self.admission.run(request_id, lambda answer: self.app(scope, replay, answer), receive, send)
+
+
+class Admission:
+    """Which completion requests generate now, and the end of each: when its client hangs up (`watch`) or the server
+    is told to stop (`stop`), its generation stops at its next token and its handler is cancelled. Under
+    `--continuous-batching` (`max_waiting` None) the paged scheduler interleaves requests; otherwise one generates at
+    a time and at most `max_waiting` wait for it."""
+
+    def __init__(self, max_waiting: int | None) -> None:
+        self.max_waiting = max_waiting
+        self.running: dict[str, asyncio.Task] = {}  # by request id: the handlers of requests admitted, not yet answered
+        self.gone: dict[str, threading.Event] = {}  # by request id: set once its answer is no longer wanted
+        self.stopping = False
+        self.generation_state: Any = None  # transformers serve's GenerationState, once the server is built
+
+    def refusal(self) -> str | None:
+        """Why a new request cannot be admitted now, or None."""
+        if self.stopping:
+            return "the server is shutting down"
+        if self.max_waiting is not None and len(self.running) > self.max_waiting:
+            return (
+                f"the server is busy: one request is generating and {len(self.running) - 1} wait for it, the most "
+                f"it lets wait (turner-serve --max-waiting {self.max_waiting}); retry later, or serve with "
+                "--continuous-batching, which generates for many requests at once"
+            )
+        return None
+
+    async def run(self, request_id: str, handler: Any, receive: Any, send: Any) -> None:
+        """Run `handler(send)`, the server's answer to request `request_id`, watching its client for a hang-up until
+        the answer is sent."""
+        answered = asyncio.Event()
+
+        async def answer(message: dict) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered.set()
+
+        task = asyncio.ensure_future(handler(answer))
+        self.running[request_id], self.gone[request_id] = task, threading.Event()
+        watcher = asyncio.ensure_future(self.watch(request_id, receive, answered))
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():  # this middleware itself was cancelled, not the handler
+                raise
+        finally:
+            watcher.cancel()
+            del self.running[request_id], self.gone[request_id]
+
+    async def watch(self, request_id: str, receive: Any, answered: asyncio.Event) -> None:
+        """Wait for the client of `request_id` to hang up before its answer is sent; then abandon the request."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not answered.is_set():
+            self.abandon(request_id)
+
+    def abandon(self, request_id: str) -> None:
+        """Stop generating for `request_id`: sequential `generate()` stops at its next token (`ClientGone`), the
+        paged scheduler drops the request, and its handler is cancelled."""
+        self.gone[request_id].set()
+        cancel_paged_request(self.generation_state, request_id)
+        task = self.running[request_id]
+        task.get_loop().call_soon_threadsafe(task.cancel)
+
+    def stop(self) -> None:
+        """Admit nothing more and abandon every request in flight (SIGTERM, SIGINT)."""
+        self.stopping = True
+        for request_id in list(self.running):
+            self.abandon(request_id)
+
+
+class ClientGone:
+    """A `generate()` stopping criterion: true once `gone` is set (its client hung up, or the server is stopping)."""
+
+    def __init__(self, gone: threading.Event) -> None:
+        self.gone = gone
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.gone.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def cancel_paged_request(generation_state: Any, request_id: str) -> None:
+    """Drop `request_id` from `--continuous-batching`'s scheduler, if it runs one. Upstream cancels a streamed request
+    when its client leaves, not a non-streamed one, and `GenerationState` keeps its paged manager private (transformers
+    5.24): this reads it where `CBStreamer.cancel` reaches it."""
+    manager = getattr(getattr(generation_state, "_cb_manager", None), "_cb", None)
+    if manager is not None:
+        manager.cancel_request(request_id)
+
+
+def stop_abandoned_generations(admission: Admission) -> None:
+    """Give each sequential `generate()` of `transformers serve` (`GenerateManager`) a `ClientGone` criterion for its
+    request. Upstream stops a streamed generation when its client leaves and nothing else: a non-streamed one runs to
+    its last token after its client hung up, and every request behind it waits (transformers 5.24). The criterion
+    travels in the tokenized inputs, which both methods spread into `generate()`'s arguments."""
+    from transformers import StoppingCriteriaList
+    from transformers.cli.serving.utils import GenerateManager
+
+    def with_criterion(method: Any) -> Any:
+        def generate(self, model, processor, inputs, gen_config, *args, request_id: str, **kwargs):
+            gone = admission.gone.get(request_id) or threading.Event()
+            inputs = {**inputs, "stopping_criteria": StoppingCriteriaList([ClientGone(gone)])}
+            return method(self, model, processor, inputs, gen_config, *args, request_id=request_id, **kwargs)
+
+        return generate
+
+    for name in ("generate_streaming", "generate_non_streaming"):
+        setattr(GenerateManager, name, with_criterion(getattr(GenerateManager, name)))
+
+
+def stop_generating_on_exit(admission: Admission) -> None:
+    """Make uvicorn's SIGTERM and SIGINT handler (`Server.handle_exit`) stop every generation first: upstream waits
+    for each request in flight to finish, which a long generation makes minutes."""
+    import uvicorn
+
+    handle_exit = uvicorn.Server.handle_exit
+
+    def handle_exit_and_stop(server: Any, sig: int, frame: Any) -> None:
+        admission.stop()
+        handle_exit(server, sig, frame)
+
+    uvicorn.Server.handle_exit = handle_exit_and_stop
 
 
 class RequestError(ValueError):
     """A request the model cannot serve; the message names the field and its value."""
 
 
-async def _send_json(send: Any, status: int, payload: dict) -> None:
+async def _send_json(send: Any, status: int, payload: dict, headers: list | None = None) -> None:
     content = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(content)).encode()),
+        *(headers or []),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
 
@@ -148,10 +298,11 @@ async def _send_json(send: Any, status: int, payload: dict) -> None:
 class ServedModel:
     """What a request is checked against: the folder's tokenizer (and chat template) and its positions."""
 
-    def __init__(self, folder: str, trust_remote_code: bool) -> None:
+    def __init__(self, folder: str, trust_remote_code: bool, max_tokens_limit: int = MAX_TOKENS_LIMIT) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
         self.folder = folder
+        self.max_tokens_limit = max_tokens_limit
         self.created = int(Path(folder, "config.json").stat().st_mtime)
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
@@ -165,8 +316,15 @@ class ServedModel:
 
     def card(self) -> dict:
         """The served model as `GET /v1/models` lists it (OpenAI's model object): its id is the name requests must
-        use, the FOLDER as given on the command line (the server refuses any other)."""
-        return {"id": self.folder, "object": "model", "created": self.created, "owned_by": "turner-serve"}
+        use, the FOLDER as given on the command line (the server refuses any other); and the most new tokens one
+        request may ask for (`--max-tokens-limit`)."""
+        return {
+            "id": self.folder,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "turner-serve",
+            "max_tokens_limit": self.max_tokens_limit,
+        }
 
     def checked(self, path: str, raw: bytes) -> bytes:
         """The body to pass on to the server for a request to `path`; `RequestError` if it cannot be served. A body
@@ -181,6 +339,7 @@ class ServedModel:
         max_tokens = body.get(key)
         if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
             raise RequestError(f"{key} must be a positive integer, got {max_tokens!r}")
+        check_sampling(body)
         if path == "/v1/chat/completions" and "messages" in body and self.tokenizer.chat_template is None:
             raise RequestError(
                 f"the model {self.folder} has no chat template, so it cannot answer chat requests "
@@ -189,11 +348,21 @@ class ServedModel:
         prompt_tokens = self.prompt_tokens(path, body)
         if prompt_tokens is None:
             return raw  # no prompt the model would read: the server names what is wrong
+        if prompt_tokens == 0:
+            raise RequestError(
+                "the prompt is empty: its tokenizer gives no token for the model to continue (this one adds no BOS "
+                "token); send at least one character"
+            )
         room = self.max_positions - prompt_tokens
         if room < 1 and (self.learned or max_tokens is None):
             raise RequestError(self.too_long(prompt_tokens))
-        if max_tokens is None:  # the server's default (1024 new tokens) would run past max_position_embeddings
-            return json.dumps({**body, "max_tokens": room}).encode()
+        if max_tokens is not None and max_tokens > self.max_tokens_limit:
+            raise RequestError(
+                f"{key}={max_tokens} is more new tokens than this server gives one request, {self.max_tokens_limit} "
+                f"(turner-serve --max-tokens-limit): ask for at most {min(self.max_tokens_limit, room)}"
+            )
+        if max_tokens is None:  # the server's default (1024 new tokens) may run past max_position_embeddings
+            return json.dumps({**body, "max_tokens": min(room, self.max_tokens_limit)}).encode()
         if self.learned and max_tokens > room:
             raise RequestError(
                 f"{key}={max_tokens} after a prompt of {prompt_tokens} tokens needs {prompt_tokens + max_tokens} "
@@ -231,16 +400,34 @@ class ServedModel:
             return None
 
 
-def add_request_checks(model: ServedModel) -> None:
-    """Wrap the app that `transformers serve` builds (`serving.server.build_server`) in `RequestChecks`."""
+def check_sampling(body: dict) -> None:
+    """`RequestError` for a sampling parameter outside OpenAI's range (temperature in [0, 2], top_p in (0, 1]):
+    upstream passes a negative temperature on to generate() or to the paged scheduler."""
+    for name, (low, high, low_allowed) in SAMPLING_RANGES.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        number = type(value) in (int, float)
+        if not number or not (low <= value <= high) or (value == low and not low_allowed):
+            bounds = f"{'[' if low_allowed else '('}{low:g}, {high:g}]"
+            raise RequestError(f"{name} must be a number in {bounds}, as OpenAI's API takes it; got {value!r}")
+
+
+def add_request_checks(model: ServedModel, admission: Admission) -> None:
+    """Wrap the app that `transformers serve` builds (`serving.server.build_server`) in `RequestChecks`, and let
+    `admission` stop the server's generations (`stop_abandoned_generations`, `stop_generating_on_exit`)."""
     from transformers.cli.serving import server
 
     build_server = server.build_server
 
     def build_checked_server(*args: Any, **kwargs: Any) -> Any:
         app = build_server(*args, **kwargs)
-        app.add_middleware(RequestChecks, model=model)
+        admission.generation_state = kwargs.get("generation_state")
+        app.add_middleware(RequestChecks, model=model, admission=admission)
         return app
+
+    stop_abandoned_generations(admission)
+    stop_generating_on_exit(admission)
 
     server.build_server = build_checked_server
 
@@ -270,9 +457,33 @@ def paged_cache_options(params: dict, max_positions: int) -> list[str]:
 # ---- the command ------------------------------------------------------------------------------------------------
 
 
+TURNER_OPTIONS = {  # turner-serve's own options, read by main() and not passed on: name: (default, least, help)
+    "cb_max_requests": (
+        CB_MAX_REQUESTS,
+        1,
+        "turner-serve: with --continuous-batching and no --cb-num-blocks, the paged KV cache holds this many requests "
+        "of max_position_embeddings positions each (more wait for room), and --cb-max-batch-tokens defaults to this "
+        "many whole prompts (at most 8192). Without it the cache is sized from free memory: on the CPU, most of the "
+        "machine's RAM.",
+    ),
+    "max_tokens_limit": (
+        MAX_TOKENS_LIMIT,
+        1,
+        "turner-serve: the most new tokens (max_tokens) one request may ask for; a larger ask gets a 400 naming this "
+        "limit, and a request without max_tokens gets at most this many.",
+    ),
+    "max_waiting": (
+        MAX_WAITING,
+        0,
+        "turner-serve: without --continuous-batching, how many requests may wait while one generates; more get a 503 "
+        "(retry later) at once. A request whose client hangs up stops generating at its next token, waiting or not.",
+    ),
+}
+
+
 def serve_command() -> Any:
     """`transformers serve` as a click command of its own (its options, its parser, its help), plus turner-serve's
-    `--cb-max-requests`, which sizes the paged cache (see `paged_cache_options`) and is not passed on to it."""
+    own `TURNER_OPTIONS`, which are not passed on to it."""
     import copy
     import inspect
     from typing import Annotated
@@ -281,24 +492,16 @@ def serve_command() -> Any:
     from transformers.cli.serve import Serve
 
     upstream = inspect.signature(Serve.__init__, eval_str=True)
-    cb_max_requests = inspect.Parameter(
-        "cb_max_requests",
-        inspect.Parameter.KEYWORD_ONLY,
-        default=CB_MAX_REQUESTS,
-        annotation=Annotated[
-            int,
-            typer.Option(
-                min=1,
-                help=(
-                    "turner-serve: with --continuous-batching and no --cb-num-blocks, the paged KV cache holds this "
-                    "many requests of max_position_embeddings positions each (more wait for room), and "
-                    "--cb-max-batch-tokens defaults to this many whole prompts (at most 8192). Without it the cache "
-                    "is sized from free memory: on the CPU, most of the machine's RAM."
-                ),
-            ),
-        ],
-    )
-    parameters = [*list(upstream.parameters.values())[1:], cb_max_requests]  # less `self`
+    own = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[int, typer.Option(min=least, help=text)],
+        )
+        for name, (default, least, text) in TURNER_OPTIONS.items()
+    ]
+    parameters = [*list(upstream.parameters.values())[1:], *own]  # less `self`
     for index, parameter in enumerate(parameters):
         if parameter.name == "cb_num_blocks":  # its help says what turner-serve does when it is not given
             option = copy.copy(parameter.annotation.__metadata__[0])
@@ -307,7 +510,8 @@ def serve_command() -> Any:
             parameters[index] = parameter.replace(annotation=annotation)
 
     def serve(**options: Any) -> Any:
-        options.pop("cb_max_requests")  # read by main() before the command runs
+        for name in TURNER_OPTIONS:  # read by main() before the command runs
+            options.pop(name)
         return Serve(**options)
 
     serve.__signature__ = upstream.replace(parameters=parameters)
@@ -355,7 +559,7 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
             flush=True,
         )
-    served = ServedModel(folder, trust_remote_code)
+    served = ServedModel(folder, trust_remote_code, params["max_tokens_limit"])
     if cache := paged_cache_options(params, served.max_positions):
         print(
             f"turner-serve: continuous batching: {cache[1]} paged-cache blocks, room for "
@@ -365,7 +569,18 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
             flush=True,
         )
-    add_request_checks(served)
+    continuous = bool(params.get("continuous_batching"))
+    print(
+        f"turner-serve: at most {served.max_tokens_limit} new tokens a request (--max-tokens-limit); "
+        + (
+            "continuous batching generates for many requests at once"
+            if continuous
+            else f"one request generates at a time, at most {params['max_waiting']} wait (--max-waiting)"
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+    add_request_checks(served, Admission(None if continuous else params["max_waiting"]))
     command.main(args=[*argv, *cache], prog_name="turner-serve")
 
 

@@ -332,6 +332,16 @@ def train(task: Task, model: PreTrainedModel, training: Training, seed: int) -> 
     return losses[0], final, not math.isfinite(final) or final > losses[0]
 
 
+def progress_flag(initial: float, final: float, diverged: bool) -> str:
+    """What a run's progress line says of its training loss beside its metrics: what was measured, when it did not
+    fall (a NaN or infinite loss, or a final loss above the first)."""
+    if not diverged:
+        return ""
+    if not math.isfinite(final):
+        return " DIVERGED: the training loss became NaN or infinite"
+    return f" the training loss rose: {initial:.3f} at the first step, {final:.3f} over the last 10% of steps"
+
+
 def run_variants(
     task: Task,
     variants: dict[str, dict[str, Any]],
@@ -357,7 +367,7 @@ def run_variants(
             parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
             runs.append(Run(name, seed, parameters, initial, final, diverged, time.perf_counter() - start, metrics))
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-            flag = " DIVERGED" if diverged else ""
+            flag = progress_flag(initial, final, diverged)
             print(f"[{len(runs)}/{total}] {name}, seed {seed}: {shown}{flag} ({runs[-1].seconds:.0f} s)", flush=True)
     return runs
 
