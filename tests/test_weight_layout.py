@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 import torch
+import torchao
 from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_model
@@ -159,3 +160,18 @@ def test_lora_trains_and_merges_like_on_a_normally_laid_twin(model):
     assert_stored_input_major(merged)
     ids = random_ids(2, 6)
     torch.testing.assert_close(merged.eval()(ids).logits, twin.eval()(ids).logits)
+
+
+def test_torchao_quantizes_a_built_model_as_it_does_a_normally_laid_twin(model):
+    """From a checkpoint the quantizers see contiguous tensors (tests/test_quantization.py); `quantize_` on a model in
+    memory sees the input-major ones."""
+    twin = normally_laid(model)
+    for quantized in (model, twin):
+        torchao.quantization.quantize_(quantized, torchao.quantization.Int8WeightOnlyConfig())
+    for name, module in block_projections(model).items():
+        assert "Int8" in type(module.weight).__name__, name
+        twin_weight = twin.get_submodule(name).weight
+        torch.testing.assert_close(module.weight.dequantize(), twin_weight.dequantize(), rtol=0, atol=0, msg=name)
+    ids = random_ids(2, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids).logits, twin.eval()(ids).logits)

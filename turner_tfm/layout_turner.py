@@ -44,11 +44,10 @@ def store_input_major(model: nn.Module) -> None:
 
 def contiguous_state(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
     """A `state_dict` post-hook: the input-major weights under `prefix` as contiguous copies (what safetensors and
-    every `(out, in)` reader expect). Parameters themselves (`keep_vars=True`) are handed out as they are."""
+    every `(out, in)` reader expect). Parameters themselves (`keep_vars=True`) and tensor subclasses (quantized,
+    DTensor) are handed out as they are."""
     for key, value in state_dict.items():
-        if not key.startswith(prefix) or not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
-            continue
-        if is_input_major(value):
+        if key.startswith(prefix) and type(value) is torch.Tensor and is_input_major(value):
             state_dict[key] = value.contiguous()
 
 
