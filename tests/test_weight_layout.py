@@ -13,7 +13,9 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_model
 from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
 
+from convert import gpt2
 from turner_tfm import TurnerForCausalLM, TurnerModel
 from turner_tfm.layout_turner import INPUT_MAJOR_NAMES, is_input_major
 
@@ -175,3 +177,28 @@ def test_torchao_quantizes_a_built_model_as_it_does_a_normally_laid_twin(model):
     ids = random_ids(2, 6)
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(ids).logits, twin.eval()(ids).logits)
+
+
+def test_under_a_process_group_the_weights_keep_linears_layout_for_fsdp(tmp_path):
+    """FSDP2's `fully_shard` refuses non-contiguous parameters: a model made or loaded in a distributed job keeps
+    `nn.Linear`'s layout (tests/test_parallel.py shards such models across processes)."""
+    torch.manual_seed(0)
+    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        for model in (TurnerForCausalLM(text_config()), TurnerForCausalLM.from_pretrained(tmp_path)):
+            assert all(module.weight.is_contiguous() for module in block_projections(model).values())
+            torch.distributed.fsdp.fully_shard(model)
+    finally:
+        torch.distributed.destroy_process_group()
+    assert_stored_input_major(TurnerForCausalLM.from_pretrained(tmp_path))
+
+
+def test_converted_models_are_stored_input_major_and_convert_back_exactly():
+    torch.manual_seed(0)
+    source = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2))
+    turner = gpt2.CONVERTER.model_to_turner(source)
+    assert_stored_input_major(turner)
+    back = gpt2.CONVERTER.model_from_turner(turner, "GPT2LMHeadModel")
+    assert all(torch.equal(back.state_dict()[name], t) for name, t in source.state_dict().items())

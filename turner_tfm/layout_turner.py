@@ -29,8 +29,12 @@ def store_input_major(model: nn.Module) -> None:
     """Put an input-major parameter of the same values in each block projection of `model` that holds a plain one.
 
     Parameters of another type (quantized, DTensor shards, bitsandbytes') and those on the meta device (not made yet,
-    or offloaded) are left as they are; one already input-major is not copied again.
+    or offloaded) are left as they are; one already input-major is not copied again. Under a process group nothing
+    is changed: the layout is for one process's decoding, and FSDP2's `fully_shard` refuses non-contiguous
+    parameters (DDP's gradient buckets want contiguous ones too).
     """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return
     for name, module in model.named_modules():
         if name.rpartition(".")[2] not in INPUT_MAJOR_NAMES or not isinstance(module, nn.Linear):
             continue
