@@ -2,7 +2,8 @@
 
 A weight of shape `(out, in)` stored input-major (the transpose of a contiguous `(in, out)` tensor, strides
 `(1, out)`) is what GPT-2's `Conv1D` multiplies by, and at one row (a decoding step) a CPU BLAS runs `x @ W^T` faster
-from it: `W^T` is then a plain row-major matrix. The modules stay `nn.Linear` and the shape stays `(out, in)`, so
+from it when the product widens or keeps the width (`qkv_proj`, `up_proj`, `o_proj`); a narrowing one (`down_proj`) runs
+faster from `nn.Linear`'s own layout, and keeps it. The modules stay `nn.Linear` and the shape stays `(out, in)`, so
 every tool keyed on them sees nothing new. The layout is set where a parameter is made (`post_init`) and where it is
 loaded (`from_pretrained`, which puts in new parameters); in between, torch keeps it (`.to()`, `.half()`, in-place
 updates, gradients and optimizer states, which follow their parameter's strides). `state_dict()` hands out contiguous
@@ -17,7 +18,7 @@ from torch import nn
 
 # The block's projections: the products of every decoding step. Not `lm_head`, tied to the embedding (whose rows a
 # lookup reads), nor the heads' small classifiers.
-INPUT_MAJOR_NAMES = frozenset({"qkv_proj", "o_proj", "up_proj", "hidden_proj", "down_proj"})
+BLOCK_PROJECTIONS = frozenset({"qkv_proj", "o_proj", "up_proj", "hidden_proj", "down_proj"})
 
 
 def is_input_major(weight: torch.Tensor) -> bool:
@@ -26,7 +27,8 @@ def is_input_major(weight: torch.Tensor) -> bool:
 
 
 def store_input_major(model: nn.Module) -> None:
-    """Put an input-major parameter of the same values in each block projection of `model` that holds a plain one.
+    """Put an input-major parameter of the same values in each block projection of `model` that does not narrow
+    (`in_features <= out_features`) and holds a plain one.
 
     Parameters of another type (quantized, DTensor shards, bitsandbytes') and those on the meta device (not made yet,
     or offloaded) are left as they are; one already input-major is not copied again. Under a process group nothing
@@ -36,7 +38,9 @@ def store_input_major(model: nn.Module) -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return
     for name, module in model.named_modules():
-        if name.rpartition(".")[2] not in INPUT_MAJOR_NAMES or not isinstance(module, nn.Linear):
+        if name.rpartition(".")[2] not in BLOCK_PROJECTIONS or not isinstance(module, nn.Linear):
+            continue
+        if module.in_features > module.out_features:
             continue
         weight = module.weight
         if type(weight) is not nn.Parameter or weight.is_meta or is_input_major(weight):
@@ -76,4 +80,4 @@ class TurnerLayoutMixin:
         return loaded
 
 
-__all__ = ["INPUT_MAJOR_NAMES", "TurnerLayoutMixin", "is_input_major", "store_input_major"]
+__all__ = ["BLOCK_PROJECTIONS", "TurnerLayoutMixin", "is_input_major", "store_input_major"]
