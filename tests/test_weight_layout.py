@@ -202,6 +202,16 @@ def test_under_a_process_group_the_weights_keep_linears_layout_for_fsdp(tmp_path
     assert_stored_input_major(TurnerForCausalLM.from_pretrained(tmp_path))
 
 
+def test_a_model_built_under_a_launcher_before_the_group_starts_keeps_linears_layout(monkeypatch):
+    """torchrun and accelerate launch set WORLD_SIZE before a script builds its model, which may come before the
+    `Trainer`'s arguments start the process group and FSDP wraps it."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    model = TurnerForCausalLM(text_config())
+    assert all(module.weight.is_contiguous() for module in laid_out(model).values())
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert_stored_input_major(TurnerForCausalLM(text_config()))
+
+
 def test_converted_models_are_stored_input_major_and_convert_back_exactly():
     torch.manual_seed(0)
     source = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2))

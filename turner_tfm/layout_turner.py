@@ -26,16 +26,24 @@ def is_input_major(weight: torch.Tensor) -> bool:
     return weight.dim() == 2 and weight.t().is_contiguous()
 
 
+def in_a_distributed_job() -> bool:
+    """A process group is up, or a launcher (torchrun, accelerate launch, deepspeed) started several processes: a
+    script may build its model before the `Trainer`'s arguments start the group, then wrap it in FSDP or DDP."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return True
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def store_input_major(model: nn.Module) -> None:
     """Put an input-major parameter of the same values in each block projection of `model` that does not narrow
     (`in_features <= out_features`) and holds a plain one.
 
     Parameters of another type (quantized, DTensor shards, bitsandbytes') and those on the meta device (not made yet,
-    or offloaded) are left as they are; one already input-major is not copied again. Under a process group nothing
-    is changed: the layout is for one process's decoding, and FSDP2's `fully_shard` refuses non-contiguous
-    parameters (DDP's gradient buckets want contiguous ones too).
+    or offloaded) are left as they are; one already input-major is not copied again. In a distributed job nothing is
+    changed (`in_a_distributed_job`): the layout is for one process's decoding, and FSDP2's `fully_shard` refuses
+    non-contiguous parameters (DDP's gradient buckets want contiguous ones too).
     """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if in_a_distributed_job():
         return
     for name, module in model.named_modules():
         if name.rpartition(".")[2] not in BLOCK_PROJECTIONS or not isinstance(module, nn.Linear):
