@@ -148,14 +148,11 @@ def counted_step(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, int]:
 
 def test_the_input_checks_on_xla_run_no_graph_of_their_own_and_still_name_a_bad_id(xla: torch.device) -> None:
     """The ids' extremes join the step's graph (min and max: XLA has no aminmax, which would copy them to the host)
-    and are read when the step runs: the same executions as with the checks off. A bad id gets the CPU's error then."""
-    checked, unchecked = (moved(build(TurnerForCausalLM, text_config()), xla) for _ in range(2))
-    unchecked.config.check_input_values = False
+    and are read when the step runs: a checked step is one graph execution. A bad id gets the CPU's error then."""
+    checked = moved(build(TurnerForCausalLM, text_config()), xla)
     ids = random_ids(2, 8).to(xla)
-    for model in (checked, unchecked):
-        counted_step(model, ids)  # compiles
-    costs = {"checked": counted_step(checked, ids), "unchecked": counted_step(unchecked, ids)}
-    assert costs["checked"] == costs["unchecked"] and costs["checked"]["fallbacks"] == 0, costs
+    counted_step(checked, ids)  # compiles
+    assert counted_step(checked, ids) == {"executions": 1, "fallbacks": 0}
 
     bad = random_ids(2, 8)
     bad[1, 3] = 99
