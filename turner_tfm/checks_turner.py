@@ -13,6 +13,7 @@ checked again (`generation_turner.generated_step`). Nothing is read while torch.
 while a CUDA graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py`
 calls these functions; `save_pretrained` copies this file beside it."""
 
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -84,8 +85,9 @@ def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
     device = checks[0].extremes[0].device
     extremes = torch.stack([extreme.to(device) for check in checks for extreme in check.extremes])
     if device.type == "xla":
-        from torch_xla.core import xla_model  # only ever on XLA tensors, so torch_xla is there
-
+        # only ever on XLA tensors, so torch_xla is there; imported by name, so that a saved folder's remote code
+        # does not ask for it (transformers' loader reads import statements)
+        xla_model = importlib.import_module("torch_xla.core.xla_model")
         xla_model.add_step_closure(_raise_if_outside, (checks, extremes))
         return
     _raise_if_outside(checks, extremes)
