@@ -8,7 +8,7 @@ transformers 5.17, below our range, and no datasets (which `bench_trainer` and a
     python -m benchmarks.gpu_wheels check      # there, after installing them: exit 1 naming each unmet need
 
 `check` holds the machine to pyproject's dependencies, torch excepted (the image's own torch is the only one that
-reaches the GPU there, 2.11 at the last look, below our floor: the figures name it), the `liger` extra and datasets,
+reaches the GPU there, 2.11 at the last look: the figures name it), the `liger` extra and datasets,
 so that a stage fails in seconds rather than minutes in; what a carried package requires in turn it only warns of.
 """
 
@@ -28,7 +28,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 # transformers at our version; datasets with the two it needs that the image lacks; Liger for the Trainer rows
 CARRIED = ("transformers", "datasets", "dill", "multiprocess", "liger-kernel")
-NOT_CHECKED = {"torch"}  # the image's own, below our floor: no other torch can reach that GPU
+NOT_CHECKED = {"torch"}  # the image's own: no other torch can reach that GPU
 DEVICE_PYTHON = "3.12"  # the image's python3 (KINDS.md)
 
 

@@ -305,13 +305,14 @@ def sharding(parallelism: str) -> dict[str, int]:
 
 
 def check_refused(case: str, work_dir: Path) -> None:
-    """`CASE:tp` or `CASE:fsdp`: loading the case's checkpoint sharded that way raises ValueError before loading."""
+    """`CASE:tp` or `CASE:fsdp`: loading the case's checkpoint sharded that way raises before loading: ValueError
+    for the config, RuntimeError for tensor parallelism on a torch too old for it."""
     case, parallelism = case.split(":")
     model_class, path = build_and_save(case, work_dir)
     sizes = sharding(parallelism)
     try:
         model_class.from_pretrained(path, distributed_config=DistributedConfig(**sizes))
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:
         say(case, f"refused under {parallelism}: {error}")
     else:
         raise AssertionError(f"{case}: loading with {sizes} was not refused")

@@ -64,6 +64,13 @@ def snippets(page: Path) -> list[Snippet]:
 
 SNIPPETS = [snippet for page in PAGES for snippet in snippets(page)]
 RUNNABLE = [snippet for snippet in SNIPPETS if snippet.marker_kind != "needs"]
+# a snippet that imports the export or quant extra needs their torch, 2.13 (pyproject's torch_2_13 marker)
+NEWER_TORCH_EXTRAS = re.compile(r"^\s*(from|import) (torchao|bitsandbytes|onnx\w*|executorch)\b", re.MULTILINE)
+
+
+def runnable(snippet: Snippet) -> object:
+    needs_torch_2_13 = NEWER_TORCH_EXTRAS.search(snippet.code)
+    return pytest.param(snippet, marks=[pytest.mark.torch_2_13] if needs_torch_2_13 else [])
 
 
 def setup_run(command: str) -> tuple[str, ...]:
@@ -98,7 +105,7 @@ def test_the_pages_have_snippets_and_every_marker_is_understood():
             assert page.count(command) >= 2, f"{snippet.name}: the page does not tell the user to run {command!r}"
 
 
-@pytest.mark.parametrize("snippet", RUNNABLE, ids=lambda snippet: snippet.name)
+@pytest.mark.parametrize("snippet", [runnable(snippet) for snippet in RUNNABLE], ids=lambda snippet: snippet.name)
 def test_a_snippet_runs_on_its_own_as_written(snippet: Snippet, setups: Path, tmp_path: Path):
     for made in setups.iterdir():  # the folders the setup commands made, beside the snippet as on the user's disk
         if made.is_dir() and made.name != "hf-home":

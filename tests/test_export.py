@@ -26,6 +26,8 @@ from .test_switches import SWITCHES
 from .tiny import image_config, random_ids, text_config
 from .workflow_utils import EXAMPLES, run_examples
 
+pytestmark = pytest.mark.torch_2_13  # the export and quant extras need torch 2.13 (pyproject)
+
 NEW_TOKENS = 20
 CACHE = 40
 TOLERANCE = 1e-4

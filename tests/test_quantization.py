@@ -21,6 +21,8 @@ from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .tiny import random_ids, text_config
 
+pytestmark = pytest.mark.torch_2_13  # the export and quant extras need torch 2.13 (pyproject)
+
 INT8 = {
     "torchao": lambda: TorchAoConfig(torchao.quantization.Int8WeightOnlyConfig()),
     "bitsandbytes": lambda: BitsAndBytesConfig(load_in_8bit=True),

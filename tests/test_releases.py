@@ -232,20 +232,49 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _requirements() -> list[Requirement]:
+def _requirements(*extras: str) -> list[Requirement]:
+    """The core's requirements and those of `extras` (with the extras they name); every extra's if none is given."""
     project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
-    extras = [text for group in project["optional-dependencies"].values() for text in group]
-    return [Requirement(text) for text in [*project["dependencies"], *extras] if not text.startswith("turner-tfm")]
+    groups, texts, todo = project["optional-dependencies"], list(project["dependencies"]), list(extras or [])
+    if not extras:
+        todo = list(groups)
+    seen = set()
+    while todo:
+        if (extra := todo.pop()) not in seen:
+            seen.add(extra)
+            texts += groups[extra]
+            todo += [e for text in groups[extra] if text.startswith("turner-tfm") for e in Requirement(text).extras]
+    return [Requirement(text) for text in texts if not text.startswith("turner-tfm")]
+
+
+def _lower_bound(requirement: Requirement) -> Version:
+    lower = [Version(spec.version) for spec in requirement.specifier if spec.operator == ">="]
+    assert lower, f"{requirement} has no lower bound: the floors lanes cannot test one"
+    return lower[0]
 
 
 def test_every_lower_bound_is_the_version_the_floors_lane_installs():
-    floors = _pins(REPOSITORY / ".ci" / "floors.txt")
+    """The floors lane installs every requirement at its lower bound together: where two name a package (torch: the
+    core's and the export extra's), the higher of the two."""
+    floors, highest = _pins(REPOSITORY / ".ci" / "floors.txt"), {}
     for requirement in _requirements():
-        lower = [Version(spec.version) for spec in requirement.specifier if spec.operator == ">="]
-        assert lower, f"{requirement} has no lower bound: the floors lane cannot test one"
-        assert floors.get(_canonical(requirement.name)) == lower[0], (
-            f"pyproject says {requirement}, .ci/floors.txt pins {floors.get(_canonical(requirement.name))}"
+        name = _canonical(requirement.name)
+        highest[name] = max(highest.get(name, _lower_bound(requirement)), _lower_bound(requirement))
+    for name, lower in highest.items():
+        assert floors.get(name) == lower, (
+            f"pyproject's floor for {name} is {lower}, .ci/floors.txt pins {floors.get(name)}"
         )
+
+
+def test_the_core_lane_installs_the_cores_and_the_test_extras_lower_bounds():
+    """The core lane: the core's requirements and the `test` extra's at their lower bounds, torch at the core's."""
+    floors = _pins(REPOSITORY / ".ci" / "core-floors.txt")
+    for requirement in _requirements("test"):
+        assert floors.get(_canonical(requirement.name)) == _lower_bound(requirement), (
+            f"pyproject says {requirement}, .ci/core-floors.txt pins {floors.get(_canonical(requirement.name))}"
+        )
+    torch_floors = sorted(_lower_bound(r) for r in _requirements() if r.name == "torch")
+    assert floors["torch"] == torch_floors[0] < torch_floors[-1], f"the core lane tests no lower torch: {torch_floors}"
 
 
 def test_the_newest_lane_pins_releases_the_ranges_allow_and_transformers_cap_is_the_next_minor():

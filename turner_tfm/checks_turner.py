@@ -4,12 +4,16 @@ an accelerator, with a device-side assert that leaves the process unable to use 
 
 Shapes are checked on the host for free. Values (token ids, labels, positions) are checked on every device, all of a
 call's at once: each tensor's extremes are gathered on its device and read back together, one host read per call
-(`raise_if_out_of_range`). The outermost Turner forward a user calls checks, and tells the backbone it did
-(`checked_by_caller`); generate()'s steps that feed the model its own tokens are not checked again
-(`generation_turner.generated_step`). Nothing is read while torch.compile or torch.export traces, or while a CUDA
-graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py` calls these
-functions; `save_pretrained` copies this file beside it."""
+(`raise_if_out_of_range`). On XLA, whose tensors are lazy, that read would run the graph built so far on its own:
+there the extremes (min and max, which XLA compiles; it has no aminmax) join the step's graph, and torch_xla's step
+closure reads them once the step has run (`torch_xla.sync()`, which the Trainer and accelerate call after each step)
+and raises the same error then: no graph execution of their own. The outermost Turner forward a user calls checks,
+and tells the backbone it did (`checked_by_caller`); generate()'s steps that feed the model its own tokens are not
+checked again (`generation_turner.generated_step`). Nothing is read while torch.compile or torch.export traces, or
+while a CUDA graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py`
+calls these functions; `save_pretrained` copies this file beside it."""
 
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -62,17 +66,36 @@ def range_check(
         return None
     if ignore is not None:
         values = values.masked_fill(values == ignore, low)
-    return RangeCheck(name, tuple(torch.aminmax(values)), low, high, allowed, values)
+    return RangeCheck(name, _extremes(values), low, high, allowed, values)
+
+
+def _extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest and the largest value, on their device: one kernel (aminmax), or on XLA, which does not compile
+    aminmax (it would copy the tensor to the host), min and max."""
+    if values.device.type == "xla":
+        return values.min(), values.max()
+    return tuple(torch.aminmax(values))
 
 
 def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
-    """Read every check's extremes back in one go (one device sync on an accelerator), then raise for the first
-    check whose values leave their range, saying where the offending value is."""
+    """Read every check's extremes back in one go (one device sync on an accelerator; on XLA when the step runs),
+    then raise for the first check whose values leave their range, saying where the offending value is."""
     checks = [check for check in checks if check is not None]
     if not checks:
         return
     device = checks[0].extremes[0].device
-    extremes = torch.stack([extreme.to(device) for check in checks for extreme in check.extremes]).tolist()
+    extremes = torch.stack([extreme.to(device) for check in checks for extreme in check.extremes])
+    if device.type == "xla":
+        # only ever on XLA tensors, so torch_xla is there; imported by name, so that a saved folder's remote code
+        # does not ask for it (transformers' loader reads import statements)
+        xla_model = importlib.import_module("torch_xla.core.xla_model")
+        xla_model.add_step_closure(_raise_if_outside, (checks, extremes))
+        return
+    _raise_if_outside(checks, extremes)
+
+
+def _raise_if_outside(checks: list[RangeCheck], extremes: torch.Tensor) -> None:
+    extremes = extremes.tolist()
     for index, check in enumerate(checks):
         smallest, largest = extremes[2 * index : 2 * index + 2]
         if smallest < check.low or largest >= check.high:
@@ -279,7 +302,7 @@ def cache_position_check(
         return None
     offsets = cache_position - torch.arange(length, device=cache_position.device) - past_length  # all 0 when right
     allowed = f"it must be {expected}"
-    return RangeCheck("cache_position", tuple(torch.aminmax(offsets)), 0, 1, allowed, shown=cache_position)
+    return RangeCheck("cache_position", _extremes(offsets), 0, 1, allowed, shown=cache_position)
 
 
 def causal_lm_label_check(

@@ -4,10 +4,27 @@
 import this module (it imports neither); `save_pretrained` copies it beside them.
 """
 
+import torch
 from torch import nn
 from transformers import PreTrainedConfig
 from transformers.distributed import DistributedConfig
 from transformers.utils.import_utils import is_torch_distributed_available
+
+# The oldest torch tensor parallelism is right on (CI's floors lane). Before it, torch's `_StridedShard` is a `Shard`
+# (2.9: `is_shard()` is True), and transformers' checkpoint slicer (`distributed/sharding_utils.py`) then reads each
+# rank's part of the stacked `qkv_proj` weight as one contiguous block instead of its heads of q, k and v: logits off
+# by up to 0.3 on torch 2.9, with no error.
+TENSOR_PARALLEL_TORCH = "2.13"
+
+
+def check_tensor_parallel_torch(tp_size: int) -> None:
+    """Refuse tensor parallelism (`tp_size` > 1) on a torch older than `TENSOR_PARALLEL_TORCH`, naming it."""
+    if tp_size > 1 and torch.__version__ < TENSOR_PARALLEL_TORCH:
+        raise RuntimeError(
+            f"Tensor parallelism (tp_size={tp_size}) needs torch >= {TENSOR_PARALLEL_TORCH}; this is torch "
+            f"{torch.__version__}, on which transformers loads the stacked qkv_proj weight into the wrong heads "
+            f"(torch's _StridedShard is a Shard there). Upgrade torch, or use FSDP or one process."
+        )
 
 
 def tensor_parallel_plan(config: PreTrainedConfig) -> dict[str, str]:
@@ -79,12 +96,14 @@ class TurnerParallelMixin:
     """What a Turner model adds to transformers' plan-driven sharding (`from_pretrained(distributed_config=...)`)."""
 
     def _resolve_parallel_plans(self, distributed_config: DistributedConfig) -> tuple[dict, dict, dict]:
-        """transformers' plan resolution, run before any weight loads: first refuse a sharding this config cannot
-        take without changing its numbers (`TurnerConfig.check_parallelism`).
+        """transformers' plan resolution, run before any weight loads: first refuse a sharding this torch or this
+        config cannot take without changing its numbers (`check_tensor_parallel_torch`,
+        `TurnerConfig.check_parallelism`).
 
         Under FSDP a tied `lm_head` is tied here, before sharding: FSDP2 must see one shared parameter (transformers
         ties only after loading, by which time FSDP would hold, and train, a second, stale copy of the head).
         """
+        check_tensor_parallel_torch(distributed_config.tp_size)
         self.config.check_parallelism(distributed_config.tp_size, distributed_config.dp_size)
         if distributed_config.dp_size > 1:
             self.tie_weights()
@@ -104,4 +123,10 @@ class TurnerParallelMixin:
             self._fsdp_plan.pop("lm_head", None)
 
 
-__all__ = ["TurnerParallelMixin", "fsdp_plan", "gather_attention_heads", "tensor_parallel_plan"]
+__all__ = [
+    "TurnerParallelMixin",
+    "check_tensor_parallel_torch",
+    "fsdp_plan",
+    "gather_attention_heads",
+    "tensor_parallel_plan",
+]

@@ -1,0 +1,177 @@
+"""Turner on XLA (torch_xla), on its CPU device (`PJRT_DEVICE=CPU`), against the CPU: forward and backward for every
+config switch and head, a Trainer run with its evaluation and saved folder, greedy generate() with both caches, and
+the input checks at no graph execution of their own. CI's core lane runs this file on its own, with torch_xla 2.9.0
+beside torch 2.9.0 (.ci/run); elsewhere it skips. Tiny models and few steps: XLA compiles every new graph."""
+
+import os
+
+import pytest
+import torch
+from transformers.utils.import_utils import is_torch_xla_available
+
+if not is_torch_xla_available():
+    pytest.skip(
+        "torch_xla is not installed, or USE_TORCH_XLA=0 (CI's core lane runs this file on its own, with it)",
+        allow_module_level=True,
+    )
+
+import torch_xla
+import torch_xla.debug.metrics as metrics
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+from turner_tfm import (
+    TurnerForCausalLM,
+    TurnerForImageClassification,
+    TurnerForSequenceClassification,
+)
+
+from .test_switches import SWITCHES
+from .tiny import image_config, random_ids, text_config
+
+TOLERANCE = 1e-4
+CONFIGS = {"default": {}, **SWITCHES}
+
+
+@pytest.fixture(scope="module")
+def xla() -> torch.device:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    return torch_xla.device()
+
+
+def build(model_class: type, config) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return model_class(config)
+
+
+def moved(model: torch.nn.Module, device) -> torch.nn.Module:
+    """`model` on `device`, its tied head tied again: on XLA `Module.to` makes new parameters, which splits a tied
+    `lm_head` from the embedding (any transformers model's; the Trainer ties them again itself on XLA)."""
+    model = model.to(device)
+    model.tie_weights()
+    return model
+
+
+def forward_backward(model: torch.nn.Module, inputs: dict[str, torch.Tensor], device) -> tuple[torch.Tensor, dict]:
+    """The loss and every parameter's gradient of one training step on `device`, brought back to the CPU."""
+    model = moved(model, device).train()
+    loss = model(**{name: value.to(device) for name, value in inputs.items()}).loss
+    loss.backward()
+    torch_xla.sync()
+    grads = {name: parameter.grad.cpu() for name, parameter in model.named_parameters()}
+    return loss.detach().cpu(), grads
+
+
+def assert_same_step(model_class: type, config, inputs: dict[str, torch.Tensor], xla: torch.device) -> None:
+    expected_loss, expected = forward_backward(build(model_class, config), inputs, "cpu")
+    loss, grads = forward_backward(build(model_class, config), inputs, xla)
+    torch.testing.assert_close(loss, expected_loss, atol=TOLERANCE, rtol=TOLERANCE)
+    for name, grad in expected.items():
+        torch.testing.assert_close(grads[name], grad, atol=TOLERANCE, rtol=TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize("switch", list(CONFIGS))
+def test_a_training_step_on_xla_gives_the_cpus_loss_and_gradients(switch: str, xla: torch.device) -> None:
+    ids = random_ids(2, 8)
+    assert_same_step(TurnerForCausalLM, text_config(**CONFIGS[switch]), {"input_ids": ids, "labels": ids}, xla)
+
+
+@pytest.mark.parametrize("head", ["sequence", "image"])
+def test_the_classifier_heads_on_xla_give_the_cpus_loss_and_gradients(head: str, xla: torch.device) -> None:
+    labels = torch.tensor([0, 2])
+    if head == "image":
+        pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+        assert_same_step(TurnerForImageClassification, image_config(), {"pixel_values": pixels, "labels": labels}, xla)
+    else:
+        config = text_config(is_causal=False, num_labels=3)
+        inputs = {"input_ids": random_ids(2, 8), "labels": labels}
+        assert_same_step(TurnerForSequenceClassification, config, inputs, xla)
+
+
+def test_the_trainer_trains_evaluates_and_saves_on_xla_as_the_cpu_reads_it(tmp_path, xla: torch.device) -> None:
+    """Three Trainer steps on XLA lower the loss with the head still tied; its evaluation, and the folder it saves,
+    give on the CPU what they give on XLA."""
+    model = build(TurnerForCausalLM, text_config())
+    ids = random_ids(8, 8)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        optim="adamw_torch",  # the Trainer's default, fused AdamW, refuses XLA tensors (GPT-2's too)
+        report_to="none",
+        save_strategy="no",
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data)
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    assert next(model.parameters()).device.type == "xla"
+    assert model.lm_head.weight is model.model.embeddings.embed_tokens.weight
+    assert after < before
+    trainer.save_model(str(tmp_path / "saved"))
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        on_cpu = reloaded(input_ids=ids, labels=ids)
+        on_xla = model.eval()(input_ids=ids.to(xla), labels=ids.to(xla))
+    torch.testing.assert_close(on_cpu.logits, on_xla.logits.cpu(), atol=TOLERANCE, rtol=TOLERANCE)
+    assert on_cpu.loss.item() == pytest.approx(after, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_greedy_generate_on_xla_gives_the_cpus_tokens(cache: str, xla: torch.device) -> None:
+    model = build(TurnerForCausalLM, text_config()).eval()
+    prompt = random_ids(2, 5)
+    settings = {"max_new_tokens": 4, "do_sample": False, "cache_implementation": cache}
+    expected = model.generate(prompt, **settings)
+    generated = moved(model, xla).generate(prompt.to(xla), **settings)
+    assert generated.cpu().tolist() == expected.tolist()
+
+
+def counted_step(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, int]:
+    """Graph executions and aminmax CPU fallbacks of one forward and backward, synced (what other tests left pending
+    is synced first, outside the count)."""
+    model.zero_grad(set_to_none=True)
+    torch_xla.sync(wait=True)  # executions run asynchronously: each is counted once it has finished
+    before = {
+        "executions": (metrics.metric_data("ExecuteTime") or (0,))[0],
+        "fallbacks": metrics.counter_value("aten::aminmax") or 0,
+    }
+    model(input_ids=ids, labels=ids).loss.backward()
+    torch_xla.sync(wait=True)
+    return {
+        "executions": (metrics.metric_data("ExecuteTime") or (0,))[0] - before["executions"],
+        "fallbacks": (metrics.counter_value("aten::aminmax") or 0) - before["fallbacks"],
+    }
+
+
+def test_the_input_checks_on_xla_run_no_graph_of_their_own_and_still_name_a_bad_id(xla: torch.device) -> None:
+    """The ids' extremes join the step's graph (min and max: XLA has no aminmax, which would copy them to the host)
+    and are read when the step runs: a checked step is one graph execution. A bad id gets the CPU's error then."""
+    checked = moved(build(TurnerForCausalLM, text_config()), xla)
+    ids = random_ids(2, 8).to(xla)
+    counted_step(checked, ids)  # compiles
+    assert counted_step(checked, ids) == {"executions": 1, "fallbacks": 0}
+
+    bad = random_ids(2, 8)
+    bad[1, 3] = 99
+    with pytest.raises(ValueError) as on_cpu:
+        build(TurnerForCausalLM, text_config())(bad)
+    with pytest.raises(ValueError) as on_xla:
+        checked(bad.to(xla))
+        torch_xla.sync()
+    assert str(on_xla.value) == str(on_cpu.value)
+    assert "`input_ids` has 99 at row 1, position 3" in str(on_xla.value)
+
+
+def test_a_warm_trainer_step_costs_turner_no_more_than_gpt2(tmp_path) -> None:
+    """benchmarks/bench_xla.py at toy sizes: per warm Trainer step, Turner (its checks on) compiles nothing, falls back
+    to the CPU for nothing, and executes and transfers no more than GPT-2."""
+    from benchmarks.bench_xla import main
+
+    sizes = ["--layers", "1", "--features", "32", "--context", "8", "--batch", "2", "--warmup", "3", "--steps", "2"]
+    results = main([*sizes, "--json", str(tmp_path / "xla.json")])["results"]
+    turner, gpt2 = results["turner"], results["gpt2"]
+    assert turner["compilations"] == turner["cpu_fallbacks"] == 0, results
+    assert all(turner[count] <= gpt2[count] for count in turner), results
