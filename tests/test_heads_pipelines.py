@@ -132,7 +132,9 @@ def best_span(
         question, context, max_length=24, stride=8, truncation="only_second", padding="max_length",
         return_overflowing_tokens=True, return_offsets_mapping=True, return_tensors="pt",
     )  # fmt: skip
-    assert len(windows["input_ids"]) > 3  # the context spans several windows
+    # the context spans several windows (transformers 5.24 cuts it into more than 3; 5.23's tokenizer backend stops
+    # after 2, for the source model as for Turner's)
+    assert len(windows["input_ids"]) > 1
     with torch.no_grad():
         outputs = model.eval()(input_ids=windows["input_ids"], attention_mask=windows["attention_mask"])
     candidates = []
