@@ -205,9 +205,10 @@ def check_position_ids(position_ids: torch.Tensor | None, input_shape: tuple[int
         return
     check_is_tensor("position_ids", position_ids)
     batch, length = input_shape
-    shapes = dict.fromkeys([(batch, length), (1, length), (length,)])  # in this order, once each
-    if tuple(position_ids.shape) not in shapes or position_ids.is_floating_point():
-        allowed = " or ".join(map(str, shapes))
+    shapes = [(batch, length), (1, length), (length,)]
+    shape = tuple(position_ids.shape)  # compared, not hashed: under torch.export the sizes are symbolic
+    if not any(shape == allowed for allowed in shapes) or position_ids.is_floating_point():
+        allowed = " or ".join(map(str, dict.fromkeys(shapes)))  # in this order, once each
         raise _invalid_input(
             "position_ids", _shape_and_dtype(position_ids), f"expected integer positions of shape {allowed}"
         )
