@@ -106,18 +106,28 @@ def _no_deprecated_calls():
     assert not recorder.calls, "transformers or torch reports a deprecated call of ours:\n" + "\n".join(recorder.calls)
 
 
-# What the `torch_2_13` marker needs (pyproject's markers): below it those tests skip, saying why.
-NEWER_TORCH = "2.13"
+# The torch the version markers need (pyproject's markers): below it those tests skip, saying which torch and why.
+TORCH_FLOORS = {
+    "torch_2_10": "2.10",  # what torch 2.9 gets wrong: tensor parallel (refused), a compiled step per static cache
+    "torch_2_13": "2.13",  # the export and quant extras' floor (pyproject)
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a torch older than `NEWER_TORCH` (the core's floor is 2.9), the tests marked `torch_2_13` skip, naming it."""
-    if torch.__version__ >= NEWER_TORCH:
-        return
-    skip = pytest.mark.skip(reason=f"needs torch >= {NEWER_TORCH}; this is torch {torch.__version__}")
+    """On a torch older than a version marker's (the core's floor is 2.9), its tests skip, naming the torch they need
+    and the marker's `reason`, which every such marker must give."""
     for item in items:
-        if "torch_2_13" in item.keywords:
-            item.add_marker(skip)
+        for name, needed in TORCH_FLOORS.items():
+            marker = item.get_closest_marker(name)
+            if marker is None:
+                continue
+            reason = marker.kwargs.get("reason")
+            if not reason:
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs reason='why torch {needed}'")
+            if torch.__version__ < needed:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"needs torch >= {needed} ({reason}); this is torch {torch.__version__}")
+                )
 
 
 @pytest.fixture(autouse=True)

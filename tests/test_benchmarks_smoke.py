@@ -215,7 +215,14 @@ def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(result["turner_ratio"]["python_calls"]) == names - {"turner"}
 
 
-@pytest.mark.torch_2_13  # full-graph compile of the static step recompiles past dynamo's limit on 2.9
+# torch 2.9's dynamo guards a compiled step on the identity of the static cache's tensors (GPT-2's too), so every new
+# cache recompiles and the benchmark's alternating lengths pass dynamo's recompile limit (8), which fullgraph=True
+# makes an error; from 2.10 it guards on their sizes (this test passed on 2.10.0 by hand). The tokens are right on 2.9
+# until the limit, and one cache reused keeps one compiled step (tests/test_generation.py).
+COMPILED_STATIC_CACHE = "torch 2.9 recompiles a compiled step for every new static cache, past dynamo's limit here"
+
+
+@pytest.mark.torch_2_10(reason=COMPILED_STATIC_CACHE)
 def test_host_cost_of_the_compiled_static_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The optional case: compiled before it is counted, so a token costs Turner and GPT-2 a few hundred Python calls
     (generate()'s loop and the compiled call's wrappers), not the thousands a compilation makes."""
@@ -278,7 +285,7 @@ def test_padding_free(task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert 0 < tokens["real"] < tokens["padded"]
 
 
-@pytest.mark.torch_2_13  # the quant extra
+@pytest.mark.torch_2_13(reason="the quant extra asks for it (pyproject)")
 def test_quantization(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from examples.helpers import data
     from turner_tfm import TurnerConfig, TurnerForCausalLM

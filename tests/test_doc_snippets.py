@@ -70,7 +70,10 @@ NEWER_TORCH_EXTRAS = re.compile(r"^\s*(from|import) (torchao|bitsandbytes|onnx\w
 
 def runnable(snippet: Snippet) -> object:
     needs_torch_2_13 = NEWER_TORCH_EXTRAS.search(snippet.code)
-    return pytest.param(snippet, marks=[pytest.mark.torch_2_13] if needs_torch_2_13 else [])
+    return pytest.param(
+        snippet,
+        marks=[pytest.mark.torch_2_13(reason="it imports the export or quant extra")] if needs_torch_2_13 else [],
+    )
 
 
 def setup_run(command: str) -> tuple[str, ...]:

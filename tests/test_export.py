@@ -26,7 +26,7 @@ from .test_switches import SWITCHES
 from .tiny import image_config, random_ids, text_config
 from .workflow_utils import EXAMPLES, run_examples
 
-pytestmark = pytest.mark.torch_2_13  # the export and quant extras need torch 2.13 (pyproject)
+pytestmark = pytest.mark.torch_2_13(reason="the export extra asks for it (pyproject; executorch needs it)")
 
 NEW_TOKENS = 20
 CACHE = 40

@@ -8,7 +8,7 @@ from transformers import DynamicCache, StaticCache
 from transformers.generation import CompileConfig, StoppingCriteria
 
 from turner_tfm import TurnerForCausalLM
-from turner_tfm.compat_turner import output_cache
+from turner_tfm.compat_turner import CACHE_NAME, named_cache, output_cache
 
 from .tiny import random_ids, text_config
 
@@ -120,10 +120,12 @@ def test_beam_search_scores_at_least_as_well_as_greedy(model):
     assert log_likelihood(beams) >= log_likelihood(plain) - 1e-5
 
 
-def compiled_static_generate(model: TurnerForCausalLM, ids: torch.Tensor, backend: str) -> torch.Tensor:
+def compiled_static_generate(model: TurnerForCausalLM, ids: torch.Tensor, backend: str, **kwargs) -> torch.Tensor:
     compile_config = CompileConfig(fullgraph=True, backend=backend, mode="default")
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless asked
-    generated = greedy(model, ids, cache_implementation="static", compile_config=compile_config)
+    if CACHE_NAME not in kwargs:  # the cache handed in, or one generate() makes
+        kwargs["cache_implementation"] = "static"
+    generated = greedy(model, ids, compile_config=compile_config, **kwargs)
     assert model._compiled_call is not None, "the decode step was not compiled"
     return generated
 
@@ -131,6 +133,19 @@ def compiled_static_generate(model: TurnerForCausalLM, ids: torch.Tensor, backen
 def test_static_cache_decode_step_compiles_with_fullgraph(model):
     ids = random_ids(2, 5)
     assert torch.equal(compiled_static_generate(model, ids, backend="eager"), greedy(model, ids))
+
+
+def test_one_static_cache_reused_keeps_one_compiled_step_for_every_call(model):
+    """Each generate() call makes a new static cache, and torch 2.9's dynamo guards the compiled step on the identity
+    of its tensors: every call recompiles, and past dynamo's recompile limit (8) a `fullgraph` compile fails (GPT-2's
+    too; torch 2.10 guards on their sizes). One `StaticCache` handed to every call, reset before each, is what works
+    on every torch (README, "What works"): more calls than the limit, each the eager tokens."""
+    ids = random_ids(2, 5)
+    expected = greedy(model, ids)
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + 12)
+    for _ in range(torch._dynamo.config.recompile_limit + 1):
+        cache.reset()
+        assert torch.equal(compiled_static_generate(model, ids, backend="eager", **named_cache(cache)), expected)
 
 
 @pytest.mark.slow

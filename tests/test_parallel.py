@@ -29,6 +29,7 @@ from turner_tfm import (
 )
 from turner_tfm.parallel_turner import TENSOR_PARALLEL_TORCH
 
+from .conftest import TORCH_FLOORS
 from .fsdp_worker import global_batch, tiny_model, train
 from .parallel_worker import CASES
 from .test_workflows_classifiers import write_digit_folder
@@ -93,8 +94,9 @@ HEADS = [
 ]
 TP_CASES = [*SWITCHES, *HEADS]
 FSDP_CASES = ["tied", "untied", "masked-lm"]
-# tensor parallel runs from torch 2.13 (parallel_turner.TENSOR_PARALLEL_TORCH); below it, it is refused by name
+# tensor parallel runs from parallel_turner.TENSOR_PARALLEL_TORCH (torch 2.10); below it, it is refused by name
 TENSOR_PARALLEL = torch.__version__ >= TENSOR_PARALLEL_TORCH
+TENSOR_PARALLEL_REFUSED = f"tensor parallel is refused below torch {TENSOR_PARALLEL_TORCH}"
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,7 @@ def assert_every_rank_said(output: str, cases: list[str], message: str) -> None:
             assert f"rank {rank}: {case}: {message}" in output, f"rank {rank} did not report {case!r}:\n{output}"
 
 
-@pytest.mark.torch_2_13
+@pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_tensor_parallel_matches_one_process_for_every_switch_and_head(checked_ranks: tuple[str, Path]) -> None:
     output, _ = checked_ranks
     assert_every_rank_said(output, TP_CASES, "logits, loss")
@@ -126,10 +128,16 @@ def test_tensor_parallel_matches_one_process_for_every_switch_and_head(checked_r
 
 
 @pytest.mark.slow
-@pytest.mark.torch_2_13
+@pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_tensor_parallel_matches_one_process_with_switches_combined(tmp_path: Path) -> None:
     output = launch_ranks(*(f"tp:{case}" for case in COMBINED), tmp_path=tmp_path)
     assert_every_rank_said(output, list(COMBINED), "logits, loss")
+
+
+def test_the_tensor_parallel_tests_skip_on_exactly_the_torch_that_refuses_it() -> None:
+    assert TORCH_FLOORS["torch_2_10"] == TENSOR_PARALLEL_TORCH, (
+        f"parallel_turner refuses tensor parallel below torch {TENSOR_PARALLEL_TORCH}; its tests are marked torch_2_10"
+    )
 
 
 def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(checked_ranks: tuple[str, Path]) -> None:
@@ -155,8 +163,8 @@ def test_fsdp_trains_like_ddp_and_its_checkpoints_load_in_one_process(checked_ra
 
 
 def test_unshardable_configs_are_refused_by_name_before_loading(checked_ranks: tuple[str, Path]) -> None:
-    """A config that cannot be sharded, and below torch 2.13 tensor parallelism itself (transformers would load the
-    stacked qkv_proj weight into the wrong heads), are refused by name before any weight loads."""
+    """A config that cannot be sharded, and below `TENSOR_PARALLEL_TORCH` tensor parallelism itself (transformers
+    would load the stacked qkv_proj weight into the wrong heads), are refused by name before any weight loads."""
     output, _ = checked_ranks
     odd_heads = "TurnerConfig: `num_attention_heads`=3 is invalid"
     if not TENSOR_PARALLEL:
@@ -250,7 +258,7 @@ def test_check_parallelism_accepts_what_shards_exactly() -> None:
     text_config(hidden_size=48, num_attention_heads=6).check_parallelism(tp_size=3, data_parallel_size=2)
 
 
-@pytest.mark.torch_2_13
+@pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(tmp_path: Path) -> None:
     command = list(TORCHRUN)
     command += ["-m", "benchmarks.bench_parallel", "--hidden-size", "128", "--num-hidden-layers", "2"]
@@ -267,7 +275,7 @@ def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(
     assert "| decode | tensor parallel |" in result.stdout
 
 
-@pytest.mark.torch_2_13
+@pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_results(tmp_path: Path) -> None:
     """A user's path: train_causal_lm.py sharded with --fsdp-size 2 under torchrun, then generate.py with the saved
     model in one process and tensor parallel over two: the same text."""

@@ -21,7 +21,7 @@ from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
 from .tiny import random_ids, text_config
 
-pytestmark = pytest.mark.torch_2_13  # the export and quant extras need torch 2.13 (pyproject)
+pytestmark = pytest.mark.torch_2_13(reason="the quant extra asks for it (pyproject)")
 
 INT8 = {
     "torchao": lambda: TorchAoConfig(torchao.quantization.Int8WeightOnlyConfig()),

@@ -14,7 +14,7 @@ from benchmarks.devices import drop_cublas_workspaces
 MIB = 2**20
 
 
-@pytest.mark.torch_2_13  # tensor parallel, the placement's one user, is refused below 2.13
+@pytest.mark.torch_2_10(reason="tensor parallel, the placement's one user, is refused below it")
 def test_strided_shard_is_where_parallel_turner_imports_it_and_takes_its_arguments():
     """`turner_tfm/parallel_turner.py` places the stacked `qkv_proj` as `_StridedShard(dim=0, split_factor=k)`."""
     where = f"torch {torch.__version__}: turner_tfm/parallel_turner.py imports it for the stacked qkv_proj"

@@ -170,7 +170,7 @@ def test_lora_trains_and_merges_like_on_a_normally_laid_twin(model):
     torch.testing.assert_close(merged.eval()(ids).logits, twin.eval()(ids).logits)
 
 
-@pytest.mark.torch_2_13  # the quant extra's torchao needs it
+@pytest.mark.torch_2_13(reason="the quant extra's torchao needs it")
 def test_torchao_quantizes_a_built_model_as_it_does_a_normally_laid_twin(model):
     """From a checkpoint the quantizers see contiguous tensors (tests/test_quantization.py); `quantize_` on a model in
     memory sees the input-major ones."""

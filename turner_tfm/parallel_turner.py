@@ -10,11 +10,14 @@ from transformers import PreTrainedConfig
 from transformers.distributed import DistributedConfig
 from transformers.utils.import_utils import is_torch_distributed_available
 
-# The oldest torch tensor parallelism is right on (CI's floors lane). Before it, torch's `_StridedShard` is a `Shard`
-# (2.9: `is_shard()` is True), and transformers' checkpoint slicer (`distributed/sharding_utils.py`) then reads each
-# rank's part of the stacked `qkv_proj` weight as one contiguous block instead of its heads of q, k and v: logits off
-# by up to 0.3 on torch 2.9, with no error.
-TENSOR_PARALLEL_TORCH = "2.13"
+# The oldest torch tensor parallelism is right on. Before it, torch's `_StridedShard` is a subclass of `Shard` (2.9:
+# `is_shard()` is True), and transformers' checkpoint slicer (`distributed/sharding_utils.py`, which asks
+# `placement.is_shard()`) then reads each rank's part of the stacked `qkv_proj` weight as one contiguous block instead
+# of its heads of q, k and v: logits off by up to 0.3 on torch 2.9, with no error. From 2.10 the placements are C++
+# classes and `StridedShard` derives from `Placement` alone, whose `is_shard()` is False (torch 2.10.0, 2.11.0,
+# 2.12.1: `torch/include/torch/csrc/distributed/Placement.h`); tests/test_parallel.py ran on 2.10.0 once by hand, and
+# runs in CI on 2.13 and the newest.
+TENSOR_PARALLEL_TORCH = "2.10"
 
 
 def check_tensor_parallel_torch(tp_size: int) -> None:
