@@ -226,3 +226,21 @@ def test_upstream_gpt2_saved_from_xla_fails_inside_safetensors(save: str, tmp_pa
                 model.save_pretrained(tmp_path / "gpt2")
             else:
                 Accelerator().save_model(model, tmp_path / type(model).__name__)
+
+
+def test_generate_on_xla_names_a_bad_prompt_id_as_the_cpu_does_and_leaves_nothing_pending(xla) -> None:
+    """generate() syncs nowhere: the prompt's checks read at once there (one host read a call), and raise the CPU's
+    error from generate() itself, not at the caller's next sync."""
+    model = build(TurnerForCausalLM, text_config()).eval()
+    prompt = random_ids(2, 5)
+    prompt[1, 3] = 99
+    settings = {"max_new_tokens": 3, "do_sample": False}
+    with pytest.raises(ValueError) as on_cpu:
+        model.generate(prompt, **settings)
+    model = moved(model, xla)
+    with pytest.raises(ValueError) as on_xla:
+        model.generate(prompt.to(xla), **settings)
+    assert str(on_xla.value) == str(on_cpu.value)
+    assert "`input_ids` has 99 at row 1, position 3" in str(on_xla.value)
+    model.generate(random_ids(2, 5).to(xla), **settings)
+    torch_xla.sync()  # no check of either call left to raise here
