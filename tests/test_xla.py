@@ -21,6 +21,7 @@ import torch_xla.debug.metrics as metrics
 from accelerate import Accelerator
 from datasets import Dataset
 from safetensors import safe_open
+from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 from turner_tfm import (
@@ -186,6 +187,72 @@ def test_a_warm_trainer_step_costs_turner_no_more_than_gpt2(tmp_path) -> None:
     turner, gpt2 = results["turner"], results["gpt2"]
     assert turner["compilations"] == turner["cpu_fallbacks"] == 0, results
     assert all(turner[count] <= gpt2[count] for count in turner), results
+
+
+def own_loop(model: torch.nn.Module, ids: torch.Tensor, accelerator: Accelerator | None = None) -> list[float]:
+    """A training loop of one's own over `ids` (batches of 2), plain on the CPU or through `accelerator`: prepare,
+    `accelerator.backward`, the optimizer's step, zero_grad. The head is tied again after `prepare`, which moves the
+    model to XLA and so splits it from the embedding (GPT-2's too); the optimizer holds the embedding's new parameter
+    (accelerate maps the old parameters to the new by name), which the head then shares again."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # not fused: the fused one refuses XLA tensors
+    loader = DataLoader([{"input_ids": row, "labels": row} for row in ids], batch_size=2)
+    if accelerator is not None:
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        model.tie_weights()
+    losses = []
+    for batch in loader:
+        loss = model(**batch).loss
+        if accelerator is None:
+            loss.backward()
+        else:
+            accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    return [loss.item() for loss in losses]
+
+
+def test_a_loop_of_ones_own_through_accelerate_on_xla_gives_the_cpus_losses_and_saves(tmp_path, xla) -> None:
+    ids = random_ids(8, 8)
+    expected = own_loop(build(TurnerForCausalLM, text_config()), ids)
+    accelerator = Accelerator()
+    assert accelerator.device.type == "xla"
+    model = build(TurnerForCausalLM, text_config())
+    losses = own_loop(model, ids, accelerator)
+    assert losses == pytest.approx(expected, abs=TOLERANCE)
+    assert losses[-1] != pytest.approx(losses[0], abs=TOLERANCE)  # it trained
+    unwrapped = accelerator.unwrap_model(model).eval()
+    assert unwrapped.lm_head.weight is unwrapped.model.embeddings.embed_tokens.weight
+    unwrapped.save_pretrained(tmp_path / "own", state_dict=accelerator.get_state_dict(model))
+    with torch.no_grad():
+        on_xla = unwrapped(input_ids=ids.to(xla)).logits.cpu()
+        on_cpu = AutoModelForCausalLM.from_pretrained(tmp_path / "own").eval()(input_ids=ids).logits
+    torch.testing.assert_close(on_cpu, on_xla, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_a_bad_id_in_a_loop_through_accelerate_raises_when_the_next_batch_is_fetched(xla) -> None:
+    """accelerate's optimizer step does not sync on XLA; its data loader does, before it hands out the next batch
+    (torch_xla's `MpDeviceLoader`): the bad batch's step, clamped lookup and all, has run by then, and the loop stops
+    there with the CPU's error."""
+    ids = random_ids(8, 8)
+    ids[3, 2] = 99  # batch 1, row 1
+    with pytest.raises(ValueError) as on_cpu:
+        own_loop(build(TurnerForCausalLM, text_config()), ids)
+    model, accelerator = build(TurnerForCausalLM, text_config()), Accelerator()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader([{"input_ids": row, "labels": row} for row in ids], batch_size=2)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    batches, stepped = iter(loader), 0
+    with pytest.raises(ValueError) as on_xla:
+        for _ in range(4):
+            batch = next(batches)
+            accelerator.backward(model(**batch).loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            stepped += 1
+    assert stepped == 2, "the error comes with the batch after the bad one"
+    assert str(on_xla.value) == str(on_cpu.value)
+    assert "`input_ids` has 99 at row 1, position 2" in str(on_xla.value)
 
 
 def tiny_gpt2() -> GPT2LMHeadModel:
