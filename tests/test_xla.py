@@ -311,3 +311,19 @@ def test_generate_on_xla_names_a_bad_prompt_id_as_the_cpu_does_and_leaves_nothin
     assert "`input_ids` has 99 at row 1, position 3" in str(on_xla.value)
     model.generate(random_ids(2, 5).to(xla), **settings)
     torch_xla.sync()  # no check of either call left to raise here
+
+
+def test_a_warm_generate_call_on_xla_pays_its_checks_one_execution_and_one_read() -> None:
+    """benchmarks/bench_xla.py --generate at toy sizes: the prompt's checks, read at once inside generate(), are one
+    graph execution and one transfer a call, whatever the number of new tokens; nothing compiles once warm."""
+    from benchmarks.bench_xla import per_generate
+    from benchmarks.peers import LMShape
+
+    shape, counted = LMShape(1, 4, 32, context=8), {}
+    for name in ("turner", "turner, checks off"):
+        counted[name] = per_generate(name, shape, batch=2, new_tokens=3, cache="static", warmup=2, calls=2)
+    checked, unchecked = counted["turner"], counted["turner, checks off"]
+    assert checked["compilations"] == unchecked["compilations"] == 0, counted
+    assert checked["executions"] - unchecked["executions"] == 1, counted
+    assert checked["transfers_to_host"] - unchecked["transfers_to_host"] == 1, counted
+    assert checked["cpu_fallbacks"] == unchecked["cpu_fallbacks"], counted
