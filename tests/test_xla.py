@@ -24,6 +24,7 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
+from examples.helpers.model_card import run_summary
 from turner_tfm import (
     TurnerForCausalLM,
     TurnerForImageClassification,
@@ -124,6 +125,7 @@ def test_the_trainer_trains_evaluates_and_saves_on_xla_as_the_cpu_reads_it(tmp_p
     torch.testing.assert_close(on_cpu.logits, on_xla.logits.cpu(), atol=TOLERANCE, rtol=TOLERANCE)
     assert on_cpu.loss.item() == pytest.approx(after, abs=TOLERANCE)
     assert saved_names(tmp_path / "saved") == saved_names(tmp_path / "from_cpu")
+    assert run_summary(trainer, 1.0)["hardware"].startswith("1 x XLA (CPU)")  # the examples' model card
 
 
 def saved_names(folder) -> list[str]:
