@@ -329,3 +329,23 @@ def test_a_warm_generate_call_on_xla_pays_its_checks_one_execution_and_one_read(
     assert checked["executions"] - unchecked["executions"] == 1, counted
     assert checked["transfers_to_host"] - unchecked["transfers_to_host"] == 1, counted
     assert checked["cpu_fallbacks"] == unchecked["cpu_fallbacks"], counted
+
+
+@pytest.mark.parametrize("kind", ["turner", "gpt2"])
+def test_upstream_the_trainers_eval_loss_on_xla_weighs_a_partial_last_batch_as_a_whole_one(
+    kind: str, tmp_path, xla
+) -> None:
+    """What docs/scale-out.md reports: on XLA the Trainer's `eval_loss` is the mean of the batches' losses, where the
+    CPU's weighs each batch by its rows (12 rows in batches of 8: the last, of 4, counts as 8 there), for GPT-2 as for
+    Turner. When this fails, upstream averages rows on XLA too: drop the docs' note."""
+    ids = random_ids(12, 8)
+    model = build(TurnerForCausalLM, text_config()) if kind == "turner" else tiny_gpt2()
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=8)
+    trainer = Trainer(model=model, args=args)
+
+    def eval_loss(rows: torch.Tensor) -> float:
+        return trainer.evaluate(Dataset.from_dict({"input_ids": rows.tolist(), "labels": rows.tolist()}))["eval_loss"]
+
+    first, last = eval_loss(ids[:8]), eval_loss(ids[8:])
+    assert first != pytest.approx(last, abs=1e-3)  # else the two means could not be told apart
+    assert eval_loss(ids) == pytest.approx((first + last) / 2, abs=TOLERANCE)  # the CPU's: (8 * first + 4 * last) / 12
