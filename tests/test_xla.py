@@ -5,6 +5,7 @@ in a training step, one host read in a generate() call. CI's core lane runs this
 2.9.0 beside torch 2.9.0 (.ci/run); elsewhere it skips. Tiny models and few steps: XLA compiles every new graph."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -349,3 +350,20 @@ def test_upstream_the_trainers_eval_loss_on_xla_weighs_a_partial_last_batch_as_a
     first, last = eval_loss(ids[:8]), eval_loss(ids[8:])
     assert first != pytest.approx(last, abs=1e-3)  # else the two means could not be told apart
     assert eval_loss(ids) == pytest.approx((first + last) / 2, abs=TOLERANCE)  # the CPU's: (8 * first + 4 * last) / 12
+
+
+def test_the_docs_tpu_command_trains_evaluates_and_saves_on_xla(tmp_path) -> None:
+    """docs/scale-out.md's TPU command, `accelerate launch -m examples.train_causal_lm --optim adamw_torch`, as run
+    there on torch_xla's CPU device (a tiny model, a few steps; no accelerate config: its defaults, one process). The
+    card names the device the Trainer used, and the folder loads on the CPU."""
+    from .workflow_utils import TINY_MODEL, example, run_example, script_env
+
+    launch = [sys.executable, "-m", "accelerate.commands.launch", *example("train_causal_lm.py")]
+    env = script_env(tmp_path, PJRT_DEVICE="CPU", ACCELERATE_CONFIG_FILE=str(tmp_path / "no-config.yaml"))
+    flags = ["--optim", "adamw_torch", "--max-steps", "4", "--logging-steps", "2", "--max-new-tokens", "5"]
+    output = run_example(launch, *flags, *TINY_MODEL, "--output-dir", "tpu", tmp_path=tmp_path, env=env)
+    assert "training loss: " in output and "held-out loss " in output
+    assert "| hardware | 1 x XLA (CPU) " in (tmp_path / "tpu" / "README.md").read_text()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tpu")
+    assert next(model.parameters()).device.type == "cpu"
+    assert model.lm_head.weight is model.model.embeddings.embed_tokens.weight
