@@ -8,6 +8,10 @@ and again after `--steps` more, through a callback: the differences, divided by 
 Run under `PJRT_DEVICE=CPU` (torch_xla's CPU device) or on a TPU:
 
     PJRT_DEVICE=CPU python -m benchmarks.bench_xla --steps 10
+
+`--generate N` counts greedy `generate()` calls instead (N new tokens after a prompt of half the context, both caches,
+pad id 0), per call once warm: generate() syncs nowhere, so Turner's checks read the prompt's values at once there,
+where GPT-2 reads nothing but what its decoding loop reads each step.
 """
 
 from __future__ import annotations
@@ -83,6 +87,27 @@ def per_step(name: str, shape: LMShape, batch: int, warmup: int, steps: int) -> 
     return {key: (after[key] - before[key]) / steps for key in before}
 
 
+def per_generate(name: str, shape: LMShape, batch: int, new_tokens: int, cache: str, warmup: int, calls: int):
+    """The counters per greedy generate() call of `name` on XLA, after `warmup` calls of the same prompt shape."""
+    import torch_xla
+
+    torch.manual_seed(0)
+    model = MODELS[name](shape).eval().to(torch_xla.device())
+    model.tie_weights()  # `.to()` on XLA splits the tied head (any transformers model's)
+    prompt = torch.randint(3, shape.vocab, (batch, shape.context // 2)).to(torch_xla.device())
+    settings = {"max_new_tokens": new_tokens, "do_sample": False, "cache_implementation": cache, "pad_token_id": 0}
+    readings = []
+    for call in range(warmup + calls):
+        if call == warmup:
+            torch_xla.sync()  # what the warm-up left pending runs before the count
+            readings.append(counts())
+        model.generate(prompt, **settings)
+    torch_xla.sync()  # and what the counted calls left, inside it
+    readings.append(counts())
+    before, after = readings
+    return {key: (after[key] - before[key]) / calls for key in before}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=4)
@@ -90,20 +115,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=3, help="steps before counting (compiling happens there)")
-    parser.add_argument("--steps", type=int, default=10, help="steps counted after the warm-up")
+    parser.add_argument("--warmup", type=int, default=3, help="steps (or calls) before counting (compiling is there)")
+    parser.add_argument("--steps", type=int, default=10, help="steps (or generate() calls) counted after the warm-up")
+    parser.add_argument("--generate", type=int, default=0, metavar="N", help="count generate() calls of N new tokens")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     import torch_xla
 
     env = benchutils.environment() | {"torch_xla": torch_xla.__version__, "xla_device": str(torch_xla.device())}
     shape = LMShape(args.layers, args.heads, args.features, context=args.context)
-    results = {name: per_step(name, shape, args.batch, args.warmup, args.steps) for name in MODELS}
+    if args.generate:
+        results = {
+            f"{name}, {cache} cache": per_generate(
+                name, shape, args.batch, args.generate, cache, args.warmup, args.steps
+            )
+            for name in MODELS
+            for cache in ("dynamic", "static")
+        }
+        unit, intro = "call", f"greedy generate() of {args.generate} new tokens after {shape.context // 2}"
+        intro = f"{intro} on XLA ({env['xla_device']}), {shape.describe()}, batch {args.batch}, after {args.warmup}"
+        intro = f"{intro} warm-up calls"
+    else:
+        results = {name: per_step(name, shape, args.batch, args.warmup, args.steps) for name in MODELS}
+        unit, intro = "step", f"Trainer steps on XLA ({env['xla_device']}), {shape.describe()}, batch {args.batch}"
+        intro = f"{intro}, after {args.warmup} warm-up steps"
     env |= benchutils.under_load(env["load_before"])
-    header = ["model", "compilations / step", "executions / step", "transfers to host / step", "CPU fallbacks / step"]
+    header = ["model", *(f"{count} / {unit}" for count in ("compilations", "executions", "transfers to host"))]
+    header.append(f"CPU fallbacks / {unit}")
     rows = [[name, *(f"{value:g}" for value in result.values())] for name, result in results.items()]
-    intro = f"Trainer steps on XLA ({env['xla_device']}), {shape.describe()}, batch {args.batch}, after {args.warmup}"
-    benchutils.print_report(env, benchutils.markdown_table(header, rows), intro=f"{intro} warm-up steps")
+    benchutils.print_report(env, benchutils.markdown_table(header, rows), intro=intro)
     return benchutils.save_run(args, "xla", env, results=results)
 
 

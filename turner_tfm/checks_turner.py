@@ -6,15 +6,19 @@ Shapes are checked on the host for free. Values (token ids, labels, positions) a
 call's at once: each tensor's extremes are gathered on its device and read back together, one host read per call
 (`raise_if_out_of_range`). On XLA, whose tensors are lazy, that read would run the graph built so far on its own:
 there the extremes (min and max, which XLA compiles; it has no aminmax) join the step's graph, and torch_xla's step
-closure reads them once the step has run (`torch_xla.sync()`, which the Trainer and accelerate call after each step)
-and raises the same error then: no graph execution of their own. The outermost Turner forward a user calls checks,
-and tells the backbone it did (`checked_by_caller`); generate()'s steps that feed the model its own tokens are not
+closure reads them once the step has run (`torch_xla.sync()`: the Trainer calls it after each step, accelerate's
+data loader before handing out the next batch) and raises the same error then: no graph execution of their own.
+generate() syncs nowhere, so within it the read is made at once (`reading_at_once`): one host read a generate() call,
+of its prompt's forward pass. The outermost Turner forward a user calls checks, and tells the backbone it did
+(`checked_by_caller`); generate()'s steps that feed the model its own tokens are not
 checked again (`generation_turner.generated_step`). Nothing is read while torch.compile or torch.export traces, or
 while a CUDA graph is captured, and `config.check_input_values=False` turns the reads off. `modeling_turner.py`
 calls these functions; `save_pretrained` copies this file beside it."""
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import NamedTuple
 
 import torch
@@ -77,15 +81,32 @@ def _extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return tuple(torch.aminmax(values))
 
 
+# Set for the length of a call that never reaches a sync of XLA's (generate()): its checks read at once there.
+_READ_AT_ONCE: ContextVar[bool] = ContextVar("turner_read_at_once", default=False)
+
+
+@contextmanager
+def reading_at_once() -> Iterator[None]:
+    """Within it, the checks read XLA tensors back at once rather than when the step runs. For generate(), which
+    never calls `torch_xla.sync()`: a deferred check would raise at the caller's next sync, wherever that is, after the
+    clamped lookup had decoded the bad prompt."""
+    token = _READ_AT_ONCE.set(True)
+    try:
+        yield
+    finally:
+        _READ_AT_ONCE.reset(token)
+
+
 def raise_if_out_of_range(checks: list[RangeCheck | None]) -> None:
-    """Read every check's extremes back in one go (one device sync on an accelerator; on XLA when the step runs),
-    then raise for the first check whose values leave their range, saying where the offending value is."""
+    """Read every check's extremes back in one go (one device sync on an accelerator; on XLA when the step runs, or
+    at once within `reading_at_once`), then raise for the first check whose values leave their range, saying where
+    the offending value is."""
     checks = [check for check in checks if check is not None]
     if not checks:
         return
     device = checks[0].extremes[0].device
     extremes = torch.stack([extreme.to(device) for check in checks for extreme in check.extremes])
-    if device.type == "xla":
+    if device.type == "xla" and not _READ_AT_ONCE.get():
         # only ever on XLA tensors, so torch_xla is there; imported by name, so that a saved folder's remote code
         # does not ask for it (transformers' loader reads import statements)
         xla_model = importlib.import_module("torch_xla.core.xla_model")

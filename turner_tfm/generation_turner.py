@@ -21,7 +21,13 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
-from .checks_turner import check_cache, check_generate_inputs, check_generated_pad, check_generation_length
+from .checks_turner import (
+    check_cache,
+    check_generate_inputs,
+    check_generated_pad,
+    check_generation_length,
+    reading_at_once,
+)
 from .compat_turner import CACHE_NAME
 from .configuration_turner import TurnerConfig
 
@@ -191,13 +197,16 @@ class TurnerGenerationMixin(GenerationMixin):
     def generate(self, *args, **kwargs):
         """`GenerationMixin.generate`, the prompt's forward pass checked as any other, the steps after it not when
         they feed the model its own tokens (`generated_step`). The prompt and its mask are checked first
-        (`check_generate_inputs`): generate() derives positions from the mask before the model sees either."""
+        (`check_generate_inputs`): generate() derives positions from the mask before the model sees either. On XLA
+        the checked forward passes read their values at once (`reading_at_once`: generate() never syncs), so a bad
+        prompt raises the CPU's error here: one host read a call, not a step, with greedy or sampled decoding."""
         check_generate_inputs(
             args[0] if args else kwargs.get("inputs", kwargs.get("input_ids")), kwargs.get("attention_mask")
         )
         token = _DECODING.set(_Decoding())
         try:
-            return super().generate(*args, **kwargs)
+            with reading_at_once():
+                return super().generate(*args, **kwargs)
         finally:
             _DECODING.reset(token)
 

@@ -3,8 +3,10 @@ its modality, this package's modeling code copied beside the weights) and a clea
 `modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
 """
 
+import importlib
 import os
 
+import torch
 from safetensors import SafetensorError
 from transformers import PreTrainedConfig
 from transformers.dynamic_module_utils import custom_object_save
@@ -33,6 +35,33 @@ def auto_classes(config: PreTrainedConfig) -> dict[str, str]:
     return {auto: name for auto, name in classes.items() if not (config.is_causal and auto in BIDIRECTIONAL_HEADS)}
 
 
+def state_on_cpu(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state`, a state dict of `model` on XLA (its own, `accelerator.get_state_dict(model)`, or the CPU copies the
+    Trainer makes), on the CPU, with one tensor for every name under which the model holds one tensor (the tied head):
+    transformers finds ties by storage, and saves each once.
+
+    Workaround: an XLA tensor has no storage, so on torch_xla 2.9 `save_pretrained` of a model on XLA fails inside
+    safetensors, which reads storage addresses (`RuntimeError: Attempted to access the data pointer on an invalid python
+    storage`; GPT-2's too). transformers' own XLA save (`integrations/tpu.py`, the Trainer's) hands `save_pretrained`
+    CPU copies, separate ones for the head and the embedding, so its folder holds the tied head twice (GPT-2's too).
+    This stands in for the upstream fix, huggingface/transformers#29608: `save_pretrained` of a model on XLA. The
+    copies are computed in one graph execution (`torch_xla.sync()`, which also runs what the caller left pending), then
+    transferred."""
+    importlib.import_module("torch_xla").sync()  # by name: a saved folder's remote code asks for no torch_xla
+    copies, on_cpu = {}, {}
+    for name, value in state.items():
+        if isinstance(value, torch.Tensor):
+            try:
+                source = model.get_parameter_or_buffer(name)
+            except AttributeError:  # a name the model does not hold
+                source = value
+            if id(source) not in copies:
+                copies[id(source)] = value.cpu()
+            value = copies[id(source)]
+        on_cpu[name] = value
+    return on_cpu
+
+
 def defining_class(cls: type) -> type:
     """The Turner class `cls` is, or the one torch wrapped at run time (FSDP2's `fully_shard` makes `FSDP<Name>`, a
     subclass defined in torch's own module)."""
@@ -57,7 +86,13 @@ class TurnerHubMixin:
         `custom_object_save(model)` copies the file of `type(model)`, which for an FSDP2-sharded model is torch's
         `FSDP<Name>` (transformers strips that prefix for `architectures`, not for the code); here the defining class
         is saved instead. It stands in for the upstream fix: `save_pretrained` saving the code of the unwrapped class.
+
+        A model on XLA is saved from CPU copies of its weights, its tied head once (`state_on_cpu`).
         """
+        state = kwargs.get("state_dict")
+        tensors = [*self.parameters(), *([] if state is None else state.values())]
+        if any(isinstance(tensor, torch.Tensor) and tensor.device.type == "xla" for tensor in tensors):
+            kwargs["state_dict"] = state_on_cpu(self, self.state_dict() if state is None else state)
         own_class = defining_class(type(self))
         if own_class.is_remote_code():
             module = own_class.__module__.rsplit(".", 1)[-1]

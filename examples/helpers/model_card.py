@@ -30,10 +30,24 @@ def count_parameters(model: PreTrainedModel) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
+def device_name(device: torch.device) -> str:
+    """The hardware a process trained on, for the card: the CPU, a CUDA GPU by name, XLA with the device torch_xla
+    runs on (`TPU`, `CPU`, ...), any other device by its type."""
+    if device.type == "cpu":
+        return "CPU"
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "xla":
+        from torch_xla import runtime
+
+        return f"XLA ({runtime.device_type()})"
+    return device.type.upper()
+
+
 def run_summary(trainer: Trainer, train_runtime: float) -> dict[str, object]:
     """How the model was trained, as rows of the model card's training table."""
     args, state = trainer.args, trainer.state
-    device = "CPU" if args.device.type == "cpu" else torch.cuda.get_device_name(args.device)
+    device = device_name(args.device)
     curve = loss_curve(trainer)
     optimizer, schedule = (getattr(v, "value", v) for v in (args.optim, args.lr_scheduler_type))
     return {
