@@ -1,14 +1,14 @@
 """How the block's weights are stored: input-major under `nn.Linear`'s `(out, in)` shape.
 
 A weight of shape `(out, in)` stored input-major (the transpose of a contiguous `(in, out)` tensor, strides
-`(1, out)`) is what GPT-2's `Conv1D` multiplies by, and at one row (a decoding step) a CPU BLAS runs `x @ W^T` faster
-from it when the product widens or keeps the width (`qkv_proj`, `up_proj`, `o_proj`); a narrowing one (`down_proj`) runs
-faster from `nn.Linear`'s own layout, and keeps it. The modules stay `nn.Linear` and the shape stays `(out, in)`, so
-every tool keyed on them sees nothing new. The layout is set where a parameter is made (`post_init`) and where it is
-loaded (`from_pretrained`, which puts in new parameters); in between, torch keeps it (`.to()`, `.half()`, in-place
-updates, gradients and optimizer states, which follow their parameter's strides). `state_dict()` hands out contiguous
-copies, so a saved file is byte for byte a normally laid model's and safetensors takes it from any tool.
-`modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
+`(1, out)`) is what GPT-2's `Conv1D` multiplies by. At one row (a decoding step, which reads every weight from memory
+rather than from a cache it has outgrown), a CPU BLAS runs `x @ W^T` faster from it, for every product of the block.
+The modules stay `nn.Linear` and the shape stays `(out, in)`, so every tool keyed on them sees nothing new. The layout
+is set where a parameter is made (`post_init`) and where it is loaded (`from_pretrained`, which puts in new
+parameters); in between, torch keeps it (`.to()`, `.half()`, in-place updates, gradients and optimizer states, which
+follow their parameter's strides). `state_dict()` hands out contiguous copies, so a saved file is byte for byte a
+normally laid model's and safetensors takes it from any tool. `modeling_turner.py` imports this module;
+`save_pretrained` copies it beside it.
 """
 
 import os
@@ -35,8 +35,7 @@ def in_a_distributed_job() -> bool:
 
 
 def store_input_major(model: nn.Module) -> None:
-    """Put an input-major parameter of the same values in each block projection of `model` that does not narrow
-    (`in_features <= out_features`) and holds a plain one.
+    """Put an input-major parameter of the same values in each block projection of `model` that holds a plain one.
 
     Parameters of another type (quantized, DTensor shards, bitsandbytes') and those on the meta device (not made yet,
     or offloaded) are left as they are; one already input-major is not copied again. In a distributed job nothing is
@@ -47,8 +46,6 @@ def store_input_major(model: nn.Module) -> None:
         return
     for name, module in model.named_modules():
         if name.rpartition(".")[2] not in BLOCK_PROJECTIONS or not isinstance(module, nn.Linear):
-            continue
-        if module.in_features > module.out_features:
             continue
         weight = module.weight
         if type(weight) is not nn.Parameter or weight.is_meta or is_input_major(weight):
