@@ -70,6 +70,16 @@ def test_another_familys_config_names_are_refused_naming_turners(foreign, ours):
     assert str(error.value).endswith(f"Turner reads transformers' standard names: pass {ours}")
 
 
+def test_another_familys_name_set_on_a_built_config_is_refused_at_save_before_anything_is_written(tmp_path):
+    """A folder saved with it would not load (`__init__` refuses the name): saving refuses it first, naming Turner's."""
+    config = text_config()
+    config.layer_norm_epsilon = 1.0  # as transformers' `set_config_for_less_flaky_test` sets it on every config
+    with pytest.raises(ValueError, match=re.escape("['layer_norm_epsilon'] are other model families' names")) as error:
+        config.save_pretrained(tmp_path / "saved")
+    assert str(error.value).endswith("Turner reads transformers' standard names: set layer_norm_eps=1.0")
+    assert not (tmp_path / "saved").exists()
+
+
 def test_a_plain_saved_config_loads_without_warnings(tmp_path):
     text_config().save_pretrained(tmp_path)
     logger = logging.get_logger("turner_tfm.configuration_turner")

@@ -119,12 +119,7 @@ class _TurnerFields(PreTrainedConfig):
             raise ValueError(f"TurnerConfig: {built} are {_OWN_PLAN}")
         fields = [field.name for field in dataclasses.fields(self)]
         known = {*fields, *dir(PreTrainedConfig), *GenerationConfig._get_default_generation_params()}
-        if foreign := sorted(set(kwargs) & set(_FOREIGN_NAMES)):
-            ours = ", ".join(f"{_FOREIGN_NAMES[name]}={kwargs[name]!r}" for name in foreign)
-            raise ValueError(
-                f"TurnerConfig: {foreign} are other model families' names (GPT-2's, BERT's, T5's, ...); Turner reads "
-                f"transformers' standard names: pass {ours}"
-            )
+        _refuse_foreign_names(kwargs, "pass")
         if unknown := sorted(set(kwargs) - known - _PASSED_BY_TRANSFORMERS):
             close = [match[0] for name in unknown if (match := difflib.get_close_matches(name, fields, 1, 0.8))]
             hint = f" (did you mean {close}?)" if close else ""
@@ -178,7 +173,10 @@ class _TurnerFields(PreTrainedConfig):
             _refuse("normalization", "batchnorm", allowed + "; use 'layernorm', 'rmsnorm' or tensor parallelism")
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> None:
-        """Check the rules first: transformers creates the folder and copies this file before its `validate()`."""
+        """Check the rules first: transformers creates the folder and copies this file before its `validate()`. Another
+        family's name set on the built config is refused too, as `__init__` refuses it: a folder saved with it would not
+        load."""
+        _refuse_foreign_names(vars(self), "set")
         self.validate()
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
@@ -375,6 +373,16 @@ class TurnerConfig(_TurnerFields):
 _ONE_ARGUMENT = {"__init__": ValueError.__init__}
 InvalidFieldError = type("InvalidFieldError", (StrictDataclassFieldValidationError, ValueError), _ONE_ARGUMENT)
 InvalidConfigError = type("InvalidConfigError", (StrictDataclassClassValidationError, ValueError), _ONE_ARGUMENT)
+
+
+def _refuse_foreign_names(fields: dict, verb: str) -> None:
+    """Refuse other families' names among `fields` (GPT-2's `n_head`, ...), naming Turner's for each."""
+    if foreign := sorted(set(fields) & set(_FOREIGN_NAMES)):
+        ours = ", ".join(f"{_FOREIGN_NAMES[name]}={fields[name]!r}" for name in foreign)
+        raise ValueError(
+            f"TurnerConfig: {foreign} are other model families' names (GPT-2's, BERT's, T5's, ...); Turner reads "
+            f"transformers' standard names: {verb} {ours}"
+        )
 
 
 def _refuse(name: str, value: object, allowed: str, error: type[ValueError] = ValueError) -> NoReturn:
