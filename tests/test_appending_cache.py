@@ -1,5 +1,6 @@
-"""Turner's dynamic cache layer (`TurnerDynamicLayer`): it appends in place, and behaves as transformers'
-`DynamicLayer` (which concatenates) under every operation generate() and users apply to a cache."""
+"""Turner's dynamic cache layer (`TurnerDynamicLayer`): it appends in place (on the CPU once its keys and values
+outgrow `concatenates_on_cpu_up_to`), and behaves as transformers' `DynamicLayer` (which concatenates) under every
+operation generate() and users apply to a cache."""
 
 import copy
 import random
@@ -16,6 +17,15 @@ from turner_tfm.generation_turner import TurnerDynamicLayer
 from .tiny import random_ids, text_config
 
 PAD = 0
+# Bytes of 20 positions of `states(3, ...)`'s keys and values: batch 3, 2 heads, 4 features, float32.
+TWENTY_POSITIONS = 2 * 3 * 2 * 4 * 4 * 20
+
+
+@pytest.fixture(autouse=True)
+def appending_at_any_size(monkeypatch):
+    """The tests' caches are tiny, and on the CPU a small cache concatenates: here the layer appends from the first
+    position, unless a test sets the threshold itself."""
+    monkeypatch.setattr(TurnerDynamicLayer, "concatenates_on_cpu_up_to", 0)
 
 
 def states(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,7 +50,9 @@ def apply(layer: DynamicLayer, operation: str, seed: int) -> None:
         layer.prefetch()
 
 
-def test_every_sequence_of_cache_operations_leaves_what_concatenation_leaves():
+@pytest.mark.parametrize("concatenates_up_to", [0, TWENTY_POSITIONS])
+def test_every_sequence_of_cache_operations_leaves_what_concatenation_leaves(concatenates_up_to, monkeypatch):
+    monkeypatch.setattr(TurnerDynamicLayer, "concatenates_on_cpu_up_to", concatenates_up_to)
     rng = random.Random(0)
     for trial in range(30):
         ours, reference = TurnerDynamicLayer(), DynamicLayer()
@@ -58,6 +70,21 @@ def test_every_sequence_of_cache_operations_leaves_what_concatenation_leaves():
 
 def buffer_of(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
+
+
+def test_on_the_cpu_a_small_cache_concatenates_and_appends_once_it_outgrows_the_threshold(monkeypatch):
+    monkeypatch.setattr(TurnerDynamicLayer, "concatenates_on_cpu_up_to", TWENTY_POSITIONS)
+    ours, reference = TurnerDynamicLayer(), DynamicLayer()
+    handed = []
+    for seed, length in enumerate([12, 8, 1, 1, 1]):  # 12 and 20 positions concatenate; 21 to 23 append
+        keys, values = ours.update(*states(3, length, seed))
+        reference.update(*states(3, length, seed))
+        handed.append(buffer_of(keys))
+        assert torch.equal(keys, reference.keys) and torch.equal(values, reference.values)
+        concatenated = ours.get_seq_length() <= 20
+        assert (getattr(ours, "_buffers", None) is None) == concatenated, ours.get_seq_length()
+        assert keys.is_contiguous() == concatenated, ours.get_seq_length()
+    assert len(set(handed[:3])) == 3 and len(set(handed[2:])) == 1  # fresh tensors, then one buffer from 21 on
 
 
 def test_appending_writes_in_place_until_the_buffer_is_full_then_doubles():
