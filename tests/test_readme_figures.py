@@ -85,9 +85,9 @@ TRAIN, TRAIN_COMPILED = DAY + "train_cpu_no_cache.json", DAY + "train_cpu_compil
 HOST_COST = DAY + "host_cost_top_level.json"
 DECODING = RESULTS + "2026-11-28/"
 DYNAMIC_B1, DYNAMIC_B8, STATIC = (
-    DECODING + "generate_dynamic_b1_input_major_1.json",
-    DECODING + "generate_dynamic_b8_input_major_1.json",
-    DECODING + "generate_static_b1_input_major_1.json",
+    DECODING + "generate_dynamic_b1_input_major_5.json",
+    DECODING + "generate_dynamic_b8_input_major_5.json",
+    DECODING + "generate_static_b1_input_major_5.json",
 )
 GPU, CONTINUOUS = RESULTS + "gpu/gpu_column_h200.json", RESULTS + "gpu/continuous_batching_h200.json"
 
