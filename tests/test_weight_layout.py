@@ -1,7 +1,6 @@
-"""In evaluation mode the block's projections are stored input-major (`layout_turner.py`), in training mode as
-`nn.Linear` makes them: still `nn.Linear` of shape `(out, in)`, the same parameters in both, and every tool a weight
-goes through keeps working beside a normally laid twin of the same values. Tensor parallel, FSDP, quantization,
-export and the converters are checked in their own files."""
+"""The block's projections are stored input-major (`layout_turner.py`): still `nn.Linear` of shape `(out, in)`, and
+every tool a weight goes through keeps working beside a normally laid twin of the same values. Tensor parallel,
+FSDP, quantization, export and the converters are checked in their own files."""
 
 import copy
 import json
@@ -13,7 +12,6 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_model
 from torch import nn
-from torch.nn.utils import parameters_to_vector, prune
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from convert import gpt2
@@ -30,7 +28,6 @@ def laid_out(model: nn.Module) -> dict[str, nn.Module]:
 
 
 def assert_stored_input_major(model: nn.Module, per_block: int = 4) -> None:
-    assert not model.training
     projections = laid_out(model)
     assert len(projections) == per_block * model.config.num_hidden_layers, sorted(projections)
     for name, module in projections.items():
@@ -45,7 +42,7 @@ def assert_stored_input_major(model: nn.Module, per_block: int = 4) -> None:
 def normally_laid(model: TurnerForCausalLM) -> TurnerForCausalLM:
     """A copy of `model` whose block projections are contiguous `(out, in)`, as `nn.Linear` makes them."""
     twin = copy.deepcopy(model)
-    for module in laid_out(twin).values():  # a new parameter, which no mode switch of `model` re-lays
+    for module in laid_out(twin).values():
         module.weight = nn.Parameter(module.weight.detach().contiguous())
     return twin
 
@@ -57,31 +54,12 @@ def model() -> TurnerForCausalLM:
 
 
 def test_block_projections_are_linear_out_in_stored_input_major_and_nothing_else(model):
-    assert_stored_input_major(model.eval())
-    assert_stored_input_major(TurnerModel(text_config(mlp_hidden_layers=2)).eval(), per_block=5)
-
-
-def test_the_layout_follows_the_mode_with_the_same_parameters_and_values(model):
-    assert model.training and all(p.is_contiguous() for p in model.parameters())  # as built
-    parameters = dict(model.named_parameters())
-    values = {name: p.detach().clone() for name, p in parameters.items()}
-    for _ in range(2):
-        assert_stored_input_major(model.eval())
-        model.train()
-        assert all(p.is_contiguous() for p in model.parameters())
-    assert dict(model.named_parameters()) == parameters  # the very same objects
-    assert all(torch.equal(p, values[name]) for name, p in parameters.items())
-    with torch.inference_mode():  # switched inside inference mode, the weights are still trainable tensors
-        model.eval()
-        assert_stored_input_major(TurnerForCausalLM(text_config()).eval())  # made in it: inference tensors
-    model.train()
-    ids = random_ids(2, 5)
-    model(ids, labels=ids).loss.backward()
-    assert all(p.grad is not None for p in model.parameters())
+    assert_stored_input_major(model)
+    assert_stored_input_major(TurnerModel(text_config(mlp_hidden_layers=2)), per_block=5)
 
 
 def test_saved_files_are_a_normally_laid_models_bytes_and_a_reload_is_laid_again(model, tmp_path):
-    model.eval().save_pretrained(tmp_path / "input_major")
+    model.save_pretrained(tmp_path / "input_major")
     normally_laid(model).save_pretrained(tmp_path / "normal")
     saved = (tmp_path / "input_major" / "model.safetensors").read_bytes()
     assert saved == (tmp_path / "normal" / "model.safetensors").read_bytes()
@@ -96,7 +74,6 @@ def test_saved_files_are_a_normally_laid_models_bytes_and_a_reload_is_laid_again
 def test_every_state_dict_writer_takes_the_model(model, tmp_path):
     """safetensors' own writer and accelerate's `save_model` refuse a non-contiguous tensor: the state dict hands out
     contiguous copies, and the parameters (`keep_vars=True`) as they are."""
-    model.eval()
     save_model(model, tmp_path / "plain.safetensors", force_contiguous=False)
     Accelerator(cpu=True).save_model(model, tmp_path / "accelerate")
     expected = {name: tensor.contiguous() for name, tensor in normally_laid(model).state_dict().items()}
@@ -128,12 +105,11 @@ def test_remote_code_stores_the_block_projections_input_major_too(model, tmp_pat
     ids = random_ids(2, 5)
     run_isolated(REMOTE_LAYOUT, [str(tmp_path / "saved"), json.dumps(ids.tolist()), str(tmp_path / "out.pt")], tmp_path)
     remote = torch.load(tmp_path / "out.pt")
-    assert remote["strides"] == {name: list(p.stride()) for name, p in model.eval().named_parameters()}
+    assert remote["strides"] == {name: list(p.stride()) for name, p in model.named_parameters()}
     torch.testing.assert_close(remote["logits"], model.eval()(ids).logits)
 
 
-def train(model: nn.Module, steps: int = 3, evaluate: bool = False) -> torch.optim.AdamW:
-    """AdamW steps on `model`; `evaluate`: a forward in evaluation mode after each, as the `Trainer` evaluates."""
+def train(model: TurnerForCausalLM, steps: int = 3) -> torch.optim.AdamW:
     torch.manual_seed(1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
@@ -142,47 +118,19 @@ def train(model: nn.Module, steps: int = 3, evaluate: bool = False) -> torch.opt
         model(ids, labels=ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
-        if evaluate:
-            with torch.no_grad():
-                model.eval()(ids)
-            model.train()
     return optimizer
 
 
-def test_training_across_evaluations_matches_a_normally_laid_twin(model):
-    """Each evaluation re-lays the weights and training lays them back, in place: the optimizer made before goes on
-    updating the model's own parameters, and gradients and AdamW's states keep `nn.Linear`'s layout."""
+def test_training_steps_match_a_normally_laid_twin_and_keep_the_layout(model):
     twin = normally_laid(model)
-    optimizer, twin_optimizer = train(model, evaluate=True), train(twin)
+    optimizer, twin_optimizer = train(model), train(twin)
+    assert_stored_input_major(model)
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p, q, msg=name)
         state = optimizer.state[p]
-        assert all(tensor.is_contiguous() for tensor in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])), name
+        for tensor in (p.grad, state["exp_avg"], state["exp_avg_sq"]):  # each follows its parameter's layout
+            assert tensor.stride() == p.stride(), (name, tensor.stride(), p.stride())
         torch.testing.assert_close(state["exp_avg_sq"], twin_optimizer.state[q]["exp_avg_sq"], msg=name)
-
-
-def test_training_tools_take_a_loaded_model_once_it_trains(model, tmp_path):
-    """What takes parameters and gradients to be contiguous, on a model `from_pretrained` put in evaluation mode:
-    `parameters_to_vector`, L-BFGS (`grad.view(-1)`) and `torch.nn.utils.prune`, as on the model that was saved."""
-    model.save_pretrained(tmp_path)
-    loaded = TurnerForCausalLM.from_pretrained(tmp_path)
-    assert_stored_input_major(loaded)
-    loaded.train()
-    for trained in (loaded, model):
-        torch.manual_seed(3)
-        prune.l1_unstructured(trained.model.layers[0].mlp.up_proj, "weight", amount=0.3)
-        optimizer = torch.optim.LBFGS(trained.parameters(), lr=0.1, max_iter=3)
-        ids = random_ids(3, 8)
-
-        def loss(trained: nn.Module = trained, optimizer: torch.optim.Optimizer = optimizer, ids=ids) -> torch.Tensor:
-            optimizer.zero_grad()
-            value = trained(ids, labels=ids).loss
-            value.backward()
-            return value
-
-        optimizer.step(loss)
-    vectors = [parameters_to_vector(trained.parameters()) for trained in (loaded, model)]
-    torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("convert", ["half", "bfloat16", "to"])
@@ -195,7 +143,7 @@ def test_dtype_conversions_keep_the_layout(model, convert):
 
 
 def test_resizing_the_vocabulary_leaves_the_block_laid_out(model):
-    model.eval().resize_token_embeddings(131)
+    model.resize_token_embeddings(131)
     assert model.get_input_embeddings().weight.shape == (131, model.config.hidden_size)
     assert model.lm_head.weight.shape == (131, model.config.hidden_size)
     assert_stored_input_major(model)
@@ -211,7 +159,7 @@ def test_lora_trains_and_merges_like_on_a_normally_laid_twin(model):
 
     twin = lora(normally_laid(model))
     merged = lora(model)
-    assert_stored_input_major(merged.eval())
+    assert_stored_input_major(merged)
     ids = random_ids(2, 6)
     torch.testing.assert_close(merged.eval()(ids).logits, twin.eval()(ids).logits)
 
@@ -223,7 +171,7 @@ def test_torchao_quantizes_a_built_model_as_it_does_a_normally_laid_twin(model):
     import torchao
 
     twin = normally_laid(model)
-    for quantized in (model.eval(), twin):
+    for quantized in (model, twin):
         torchao.quantization.quantize_(quantized, torchao.quantization.Int8WeightOnlyConfig())
     for name, module in laid_out(model).items():
         assert "Int8" in type(module.weight).__name__, name
@@ -236,16 +184,13 @@ def test_torchao_quantizes_a_built_model_as_it_does_a_normally_laid_twin(model):
 
 def test_under_a_process_group_the_weights_keep_linears_layout_for_fsdp(tmp_path):
     """FSDP2's `fully_shard` refuses non-contiguous parameters: a model made or loaded in a distributed job keeps
-    `nn.Linear`'s layout in evaluation mode too, and one laid out for inference before the group started takes it back
-    in training mode (tests/test_parallel.py shards such models across processes)."""
+    `nn.Linear`'s layout (tests/test_parallel.py shards such models across processes)."""
     torch.manual_seed(0)
     TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
-    inferring_before = TurnerForCausalLM.from_pretrained(tmp_path)
     store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
     torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        made = (TurnerForCausalLM(text_config()).eval(), TurnerForCausalLM.from_pretrained(tmp_path))
-        for model in (*made, inferring_before.train()):
+        for model in (TurnerForCausalLM(text_config()), TurnerForCausalLM.from_pretrained(tmp_path)):
             assert all(module.weight.is_contiguous() for module in laid_out(model).values())
             torch.distributed.fsdp.fully_shard(model)
     finally:
@@ -257,16 +202,16 @@ def test_a_model_built_under_a_launcher_before_the_group_starts_keeps_linears_la
     """torchrun and accelerate launch set WORLD_SIZE before a script builds its model, which may come before the
     `Trainer`'s arguments start the process group and FSDP wraps it."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    model = TurnerForCausalLM(text_config()).eval()
+    model = TurnerForCausalLM(text_config())
     assert all(module.weight.is_contiguous() for module in laid_out(model).values())
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert_stored_input_major(model.eval())
+    assert_stored_input_major(TurnerForCausalLM(text_config()))
 
 
 def test_converted_models_are_stored_input_major_and_convert_back_exactly():
     torch.manual_seed(0)
     source = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2))
-    turner = gpt2.CONVERTER.model_to_turner(source.eval())
+    turner = gpt2.CONVERTER.model_to_turner(source)
     assert_stored_input_major(turner)
     back = gpt2.CONVERTER.model_from_turner(turner, "GPT2LMHeadModel")
     assert all(torch.equal(back.state_dict()[name], t) for name, t in source.state_dict().items())
