@@ -19,13 +19,17 @@ Modes:
 In the static modes the same Turner model also runs with the dynamic cache in the rotation ("vs Turner dynamic": what
 the static cache, and compilation, buy over the default). tokens/s = batch x new tokens / wall time of the whole
 `generate` call (prefill included). Turner's speed-up is the median of per-repetition ratios (peer time / Turner
-time). `--device cuda --dtype bf16` runs it on a GPU with bf16 weights, with each contender's peak memory (weights and
-caches plus the most a call allocates on top); `benchmarks/gpu_column.py` runs it there with the others.
+time). `--instances N` builds every contender N times over (the same weights, other memory: two builds of one model
+can differ by a few percent on a shared machine) and times each build `--repeats` times; the speed-up pairs
+repetitions within a build, and each build's own is kept beside it. `--device cuda --dtype bf16` runs it on a GPU with
+bf16 weights, with each contender's peak memory (weights and caches plus the most a call allocates on top);
+`benchmarks/gpu_column.py` runs it there with the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -112,10 +116,73 @@ def bench(
     device: torch.device | str = "cpu",
     dtype: str = "fp32",
     turner_variant: bool = True,
+    instances: int = 1,
 ) -> dict[str, Any]:
     """One row: the contenders' calls in `mode`, timed in rotation. `turner_variant`: Turner also runs with
-    concatenating cache layers (dynamic) or the dynamic cache (the other modes)."""
+    concatenating cache layers (dynamic) or the dynamic cache (the other modes). `instances`: how many times every
+    contender is built afresh (the same weights and prompt, other memory) and timed `repeats` times; the speed-ups
+    pair repetitions within an instance and take the median over all of them, each instance's beside it."""
     device = torch.device(device)
+    times: dict[str, list[float]] = {}
+    instance_speedups, spans = [], {}
+    before = benchutils.load_average()
+    for instance in range(instances):
+        fns, held, calls = build_contenders(
+            shape, mode, batch, prompt_len, new_tokens, seed, device, dtype, turner_variant
+        )
+        first = devices.first_calls(fns, held, device, check_shape((batch, prompt_len + new_tokens)))
+        untimed = 1  # calls already made: the first, and on CUDA the first instance's peak-memory round
+        if not instance:  # the first instance's first calls (compilation) and peaks stand for the row
+            first_call, peaks = first, devices.peak_memory(fns, held, device)
+            untimed += peaks is not None
+        one = benchutils.interleaved(fns, repeats, max(warmup - untimed, 0))
+        instance_speedups.append(benchutils.speedups(one))
+        for key, seconds in one.items():
+            times.setdefault(key, []).extend(seconds)
+        if mode == "continuous":
+            for key, call in calls.items():
+                spans.setdefault(key, []).extend(call.spans[-repeats:])
+                call.model.destroy_cached_continuous_batching_manager()
+        del fns, calls  # this build's models and compiled graphs go before the next build
+        torch.compiler.reset()
+        gc.collect()
+    record = {"times": {key: benchutils.summarize(seconds) for key, seconds in times.items()}, "raw_seconds": times}
+    result = (
+        {
+            "mode": mode,
+            "batch": batch,
+            "prompt": prompt_len,
+            "new_tokens": new_tokens,
+            "device": str(device),
+            "dtype": dtype,
+            "first_call_seconds": first_call,
+            "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
+            "peak_memory_bytes": peaks,
+            "turner_speedup": benchutils.speedups(times),
+            "instances": instances,
+            "instance_speedups": instance_speedups,
+        }
+        | record
+        | benchutils.under_load(before)
+    )
+    if mode == "continuous":
+        result |= engine_record(spans, batch * new_tokens)
+    return result
+
+
+def build_contenders(
+    shape: LMShape,
+    mode: str,
+    batch: int,
+    prompt_len: int,
+    new_tokens: int,
+    seed: int,
+    device: torch.device,
+    dtype: str,
+    turner_variant: bool,
+) -> tuple[dict[str, Callable[[], Any]], dict[str, int | None], dict[str, Any]]:
+    """Every contender of a row built afresh from `seed` (the same weights and prompt each time): the calls to time,
+    the bytes each model holds, and the models' own calls (continuous batching's keep their engine times)."""
     torch.manual_seed(seed)
     factories = {"turner": turner_lm, "gpt2": gpt2_lm} | ({"minimal": minimal_lm} if mode == "dynamic" else {})
 
@@ -133,32 +200,17 @@ def bench(
         fns["turner_concat"] = generate_fn(models["turner"], prompt, new_tokens, "concat")
     elif turner_variant:  # the same Turner model with the default cache, eager: what the static cache buys
         fns["turner_dynamic"] = generate_fn(models["turner"], prompt, new_tokens, "dynamic")
-    fns = {key: devices.synced(fn, device) for key, fn in fns.items()}
+    return {key: devices.synced(fn, device) for key, fn in fns.items()}, held, calls
+
+
+def check_shape(expected: tuple[int, int]) -> Callable[[str, torch.Tensor], None]:
+    """A check of each contender's first output: `generate()`'s ids of shape `expected`."""
 
     def check(key: str, out: torch.Tensor) -> None:
-        if out.shape != (batch, prompt_len + new_tokens):
+        if out.shape != expected:
             raise RuntimeError(f"{key} generated shape {tuple(out.shape)}")
 
-    first_call = devices.first_calls(fns, held, device, check)  # the first call compiles in static-compile mode
-    peaks = devices.peak_memory(fns, held, device)
-    times, record = benchutils.timed(fns, repeats, max(warmup - (1 if peaks is None else 2), 0))
-    result = {
-        "mode": mode,
-        "batch": batch,
-        "prompt": prompt_len,
-        "new_tokens": new_tokens,
-        "device": str(device),
-        "dtype": dtype,
-        "first_call_seconds": first_call,
-        "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
-        "peak_memory_bytes": peaks,
-        "turner_speedup": benchutils.speedups(times),
-    } | record
-    if mode == "continuous":
-        result |= engine_record({key: calls[key].spans[-repeats:] for key in models}, batch * new_tokens)
-        for model in models.values():
-            model.destroy_cached_continuous_batching_manager()
-    return result
+    return check
 
 
 def engine_record(spans: dict[str, list[float]], tokens: int) -> dict[str, Any]:
@@ -181,7 +233,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     benchutils.add_shape_arguments(parser, layers=6, heads=6, features=384)
     devices.add_device_arguments(parser)
     benchutils.add_run_arguments(parser, repeats=10, warmup=2)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="build every contender afresh this many times, each timed --repeats times (default: %(default)s): two "
+        "builds of one model can differ by a few percent on a shared machine",
+    )
+    args = parser.parse_args(argv)
+    if args.instances < 1:
+        parser.error(f"--instances must be at least 1, got {args.instances}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -205,6 +267,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     args.seed,
                     device=args.device,
                     dtype=args.dtype,
+                    instances=args.instances,
                 )
             except Exception as error:  # a compile failure is a result to report, not a crash
                 results.append({"mode": mode, "batch": batch, "error": f"{type(error).__name__}: {error}"})

@@ -124,6 +124,27 @@ def test_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(result["turner_speedup"]) == {f"vs_{n}" for n in names - {"turner"}}
 
 
+def test_generate_times_every_contender_built_afresh_per_instance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--layers", "1", "--heads", "2", "--features", "32", "--prompt", "4", "--new-tokens", "3"]
+    args += ["--batches", "1", "--modes", "static", "--repeats", "2", "--warmup", "1", "--instances", "3"]
+    (result,) = run_script("bench_generate.py", args, tmp_path, monkeypatch)["results"]
+    assert "error" not in result, result.get("error")
+    names = {"turner", "gpt2", "turner_dynamic"}
+    check_times(result["times"], names, 6)
+    assert all(len(seconds) == 6 for seconds in result["raw_seconds"].values())
+    assert result["instances"] == 3 and len(result["instance_speedups"]) == 3
+    for speedups in result["instance_speedups"]:
+        assert set(speedups) == {"vs_gpt2", "vs_turner_dynamic"} and speedups["vs_gpt2"]["median"] > 0
+
+
+def test_generate_refuses_fewer_than_one_instance(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        importlib.import_module("benchmarks.bench_generate").parse_args(["--instances", "0"])
+    assert "--instances must be at least 1, got 0" in capsys.readouterr().err
+
+
 def check_profile(payload: dict[str, Any], on_cuda: bool) -> None:
     """`benchmarks/profile_generate.py`'s JSON: each model's host time and its busiest operators, and on CUDA its
     kernels per generated token."""
