@@ -131,10 +131,9 @@ def bench(
             shape, mode, batch, prompt_len, new_tokens, seed, device, dtype, turner_variant
         )
         first = devices.first_calls(fns, held, device, check_shape((batch, prompt_len + new_tokens)))
-        untimed = 1  # calls already made: the first, and on CUDA the first instance's peak-memory round
         if not instance:  # the first instance's first calls (compilation) and peaks stand for the row
             first_call, peaks = first, devices.peak_memory(fns, held, device)
-            untimed += peaks is not None
+        untimed = 2 if not instance and peaks is not None else 1  # the first call, and on CUDA the peaks' round
         one = benchutils.interleaved(fns, repeats, max(warmup - untimed, 0))
         instance_speedups.append(benchutils.speedups(one))
         for key, seconds in one.items():
@@ -146,25 +145,21 @@ def bench(
         del fns, calls  # this build's models and compiled graphs go before the next build
         torch.compiler.reset()
         gc.collect()
-    record = {"times": {key: benchutils.summarize(seconds) for key, seconds in times.items()}, "raw_seconds": times}
-    result = (
-        {
-            "mode": mode,
-            "batch": batch,
-            "prompt": prompt_len,
-            "new_tokens": new_tokens,
-            "device": str(device),
-            "dtype": dtype,
-            "first_call_seconds": first_call,
-            "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
-            "peak_memory_bytes": peaks,
-            "turner_speedup": benchutils.speedups(times),
-            "instances": instances,
-            "instance_speedups": instance_speedups,
-        }
-        | record
-        | benchutils.under_load(before)
-    )
+    record = benchutils.timing_record(times, before)
+    result = {
+        "mode": mode,
+        "batch": batch,
+        "prompt": prompt_len,
+        "new_tokens": new_tokens,
+        "device": str(device),
+        "dtype": dtype,
+        "first_call_seconds": first_call,
+        "tokens_per_second": {key: batch * new_tokens / s["median_s"] for key, s in record["times"].items()},
+        "peak_memory_bytes": peaks,
+        "turner_speedup": benchutils.speedups(times),
+        "instances": instances,
+        "instance_speedups": instance_speedups,
+    } | record
     if mode == "continuous":
         result |= engine_record(spans, batch * new_tokens)
     return result

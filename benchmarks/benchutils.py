@@ -133,8 +133,14 @@ def timed(
     average around the measurement."""
     before = load_average()
     times = interleaved(fns, repeats=repeats, warmup=warmup, clock=clock)
+    return times, timing_record(times, before)
+
+
+def timing_record(times: dict[str, list[float]], before: float) -> dict[str, Any]:
+    """The record of timings taken since the load average was `before`: each one's summary, the raw seconds, and the
+    load average around them."""
     summaries = {name: summarize(seconds) for name, seconds in times.items()}
-    return times, {"times": summaries, "raw_seconds": times} | under_load(before)
+    return {"times": summaries, "raw_seconds": times} | under_load(before)
 
 
 def summarize(times: Sequence[float]) -> dict[str, float]:
