@@ -15,7 +15,6 @@ from transformers import AutoModelForCausalLM, CompileConfig
 
 from turner_tfm import TurnerForCausalLM, TurnerForImageClassification, TurnerForSequenceClassification
 from turner_tfm.compat_turner import output_cache
-from turner_tfm.layout_turner import is_input_major
 
 from .tiny import image_config, random_ids, text_config
 
@@ -208,8 +207,7 @@ def test_a_saved_folder_loads_onto_the_gpu_with_device_map(tmp_path, trust_remot
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="cuda", trust_remote_code=trust_remote_code)
     assert {p.device.type for p in loaded.parameters()} == {"cuda"}
-    laid = {name: is_input_major(p) for name, p in loaded.named_parameters() if name.endswith("_proj.weight")}
-    assert laid and all(laid.values()), laid  # the layout is set on whatever device the weights are loaded to
+    assert all(p.is_contiguous() for p in loaded.parameters())  # as an in-library model's, on any device
     ids = random_ids(2, 8)
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids.to(CUDA)).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-4)

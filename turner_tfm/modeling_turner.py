@@ -48,7 +48,6 @@ from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache,
 from .configuration_turner import TurnerConfig
 from .generation_turner import TurnerGenerationMixin, forward_cache, generated_step
 from .hub_turner import TurnerHubMixin
-from .layout_turner import TurnerLayoutMixin
 from .liger_turner import register_when_liger_loads
 from .masks_turner import mask_for_blocks
 from .parallel_turner import TurnerParallelMixin
@@ -370,7 +369,7 @@ class TurnerBlock(GradientCheckpointingLayer):
         return self.mlp_norm(hidden_states + self.dropout(self.mlp(hidden_states)))
 
 
-class TurnerPreTrainedModel(TurnerLayoutMixin, TurnerHubMixin, TurnerParallelMixin, PreTrainedModel):
+class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel):
     config: TurnerConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
