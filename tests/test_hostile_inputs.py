@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers.testing_utils import CaptureLogger
+from transformers.testing_utils import CaptureLogger, set_config_for_less_flaky_test
 from transformers.utils import logging
 
 import turner_tfm
@@ -49,35 +49,59 @@ def test_config_from_a_newer_version_loads_with_a_warning(tmp_path):
     assert config.hidden_size == 32
 
 
-@pytest.mark.parametrize(
-    ("foreign", "ours"),
-    [
-        ({"num_heads": 4}, "num_attention_heads=4"),
-        ({"n_head": 4, "n_embd": 64}, "hidden_size=64, num_attention_heads=4"),  # sorted by their names
-        ({"n_layer": 2}, "num_hidden_layers=2"),
-        ({"d_model": 64}, "hidden_size=64"),
-        ({"n_positions": 128}, "max_position_embeddings=128"),
-        ({"layer_norm_epsilon": 1e-6}, "layer_norm_eps=1e-06"),
-    ],
-)
-def test_another_familys_config_names_are_refused_naming_turners(foreign, ours):
-    """GPT-2's, BERT's or T5's names for a size would otherwise be kept unread, and a model of the default shape
-    (12 heads, 12 layers) built instead of the one asked for."""
-    with pytest.raises(
-        ValueError, match=re.escape(f"TurnerConfig: {sorted(foreign)} are other model families' names")
-    ) as error:
-        TurnerConfig(**foreign)
-    assert str(error.value).endswith(f"Turner reads transformers' standard names: pass {ours}")
+OTHER_FAMILIES = [
+    ({"num_heads": 4}, {"num_attention_heads": 4}),
+    ({"n_head": 4, "n_embd": 64}, {"hidden_size": 64, "num_attention_heads": 4}),
+    ({"n_layer": 3}, {"num_hidden_layers": 3}),
+    ({"d_model": 64}, {"hidden_size": 64}),
+    ({"n_positions": 128}, {"max_position_embeddings": 128}),
+    ({"n_inner": 48}, {"intermediate_size": 48}),
+    ({"layer_norm_epsilon": 1e-6}, {"layer_norm_eps": 1e-6}),
+    ({"rms_norm_eps": 1e-6, "normalization": "rmsnorm"}, {"layer_norm_eps": 1e-6, "normalization": "rmsnorm"}),
+]
 
 
-def test_another_familys_name_set_on_a_built_config_is_refused_at_save_before_anything_is_written(tmp_path):
-    """A folder saved with it would not load (`__init__` refuses the name): saving refuses it first, naming Turner's."""
+@pytest.mark.parametrize(("theirs", "ours"), OTHER_FAMILIES)
+def test_another_familys_config_names_build_the_model_turners_names_build(theirs, ours, tmp_path):
+    """GPT-2's, BERT's or T5's names for a field mean Turner's field, as `GPT2Config` reads `hidden_size` as `n_embd`:
+    given to the constructor, assigned afterwards, or saved (under Turner's name) and loaded, derived fields
+    (`head_dim`, `intermediate_size`) included."""
+    expected = text_config(**ours).to_dict()
+    assigned = text_config()
+    for name, value in theirs.items():
+        setattr(assigned, name, value)
+    for config in (text_config(**theirs), assigned):
+        assert config.to_dict() == expected
+        assert all(getattr(config, name) == value for name, value in theirs.items())
+    text_config(**theirs).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert not set(saved) & set(TurnerConfig.attribute_map), saved
+    loaded = TurnerConfig.from_pretrained(tmp_path).to_dict()
+    assert {name: loaded[name] for name in expected} == expected
+    torch.manual_seed(0)
+    state = TurnerForCausalLM(text_config(**theirs)).state_dict()
+    torch.manual_seed(0)
+    assert {name: t.shape for name, t in state.items()} == {
+        name: t.shape for name, t in TurnerForCausalLM(text_config(**ours)).state_dict().items()
+    }
+
+
+def test_transformers_test_helper_sets_every_familys_epsilon_and_the_config_saves(tmp_path):
+    """transformers' `set_config_for_less_flaky_test` sets each family's epsilon name on any config: each is Turner's
+    `layer_norm_eps`, and the folder saves and loads."""
     config = text_config()
-    config.layer_norm_epsilon = 1.0  # as transformers' `set_config_for_less_flaky_test` sets it on every config
-    with pytest.raises(ValueError, match=re.escape("['layer_norm_epsilon'] are other model families' names")) as error:
-        config.save_pretrained(tmp_path / "saved")
-    assert str(error.value).endswith("Turner reads transformers' standard names: set layer_norm_eps=1.0")
-    assert not (tmp_path / "saved").exists()
+    set_config_for_less_flaky_test(config)
+    assert config.layer_norm_eps == 1.0
+    config.save_pretrained(tmp_path)
+    assert TurnerConfig.from_pretrained(tmp_path).layer_norm_eps == 1.0
+    assert TurnerForCausalLM(config).model.layers[0].attn_norm.eps == 1.0
+
+
+def test_a_bad_value_under_another_familys_name_is_refused_naming_turners_field():
+    with pytest.raises(
+        ValueError, match=re.escape("`num_attention_heads`=0 is invalid; it must be a positive integer")
+    ):
+        text_config(n_head=0)
 
 
 def test_a_plain_saved_config_loads_without_warnings(tmp_path):

@@ -34,24 +34,19 @@ _token_id = _checked(dataclasses.field, "it must be None or an integer token id 
 _PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
 _PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
 _UNSET = object()
-# Other families' names for fields Turner spells as HF's standard names: refused by name rather than kept unread (a
-# model of another shape than asked would be built)
-_FOREIGN_NAMES = {
-    "n_embd": "hidden_size",
-    "d_model": "hidden_size",
-    "n_head": "num_attention_heads",
-    "num_heads": "num_attention_heads",
-    "n_heads": "num_attention_heads",
-    "n_layer": "num_hidden_layers",
-    "n_layers": "num_hidden_layers",
-    "num_layers": "num_hidden_layers",
-    "n_inner": "intermediate_size",
-    "ffn_dim": "intermediate_size",
-    "d_ff": "intermediate_size",
-    "n_positions": "max_position_embeddings",
-    "n_ctx": "max_position_embeddings",
+# Other families' names for fields Turner spells as HF's standard names, read and written as Turner's own (as
+# `GPT2Config` maps `hidden_size` to `n_embd`); the epsilons are every name transformers' test helpers set
+_OTHER_FAMILIES_NAMES = {
+    **dict.fromkeys(["n_embd", "d_model"], "hidden_size"),
+    **dict.fromkeys(["n_head", "n_heads", "num_heads"], "num_attention_heads"),
+    **dict.fromkeys(["n_layer", "n_layers", "num_layers"], "num_hidden_layers"),
+    **dict.fromkeys(["n_inner", "ffn_dim", "d_ff"], "intermediate_size"),
+    **dict.fromkeys(["n_positions", "n_ctx"], "max_position_embeddings"),
+    **dict.fromkeys(
+        ["layer_norm_epsilon", "rms_norm_eps", "norm_eps", "norm_epsilon", "post_norm_eps", "batch_norm_eps"],
+        "layer_norm_eps",
+    ),
     "activation_function": "hidden_act",
-    "layer_norm_epsilon": "layer_norm_eps",
     "hidden_dropout_prob": "hidden_dropout",
     "attention_probs_dropout_prob": "attention_dropout",
 }
@@ -69,6 +64,7 @@ class _TurnerFields(PreTrainedConfig):
     """`TurnerConfig`'s fields, derived values and rules; `TurnerConfig` (below) words what they refuse."""
 
     model_type = "turner"
+    attribute_map = _OTHER_FAMILIES_NAMES
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache, from transformers 5.24 and before
     base_model_tp_plan = property(tensor_parallel_plan, _refuse_plan)  # built from the config (parallel_turner.py)
     base_model_fsdp_plan = property(fsdp_plan)
@@ -119,7 +115,8 @@ class _TurnerFields(PreTrainedConfig):
             raise ValueError(f"TurnerConfig: {built} are {_OWN_PLAN}")
         fields = [field.name for field in dataclasses.fields(self)]
         known = {*fields, *dir(PreTrainedConfig), *GenerationConfig._get_default_generation_params()}
-        _refuse_foreign_names(kwargs, "pass")
+        for name in sorted(set(kwargs) & set(self.attribute_map)):  # before deriving: they set what derives from them
+            setattr(self, name, kwargs.pop(name))
         if unknown := sorted(set(kwargs) - known - _PASSED_BY_TRANSFORMERS):
             close = [match[0] for name in unknown if (match := difflib.get_close_matches(name, fields, 1, 0.8))]
             hint = f" (did you mean {close}?)" if close else ""
@@ -173,10 +170,7 @@ class _TurnerFields(PreTrainedConfig):
             _refuse("normalization", "batchnorm", allowed + "; use 'layernorm', 'rmsnorm' or tensor parallelism")
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> None:
-        """Check the rules first: transformers creates the folder and copies this file before its `validate()`. Another
-        family's name set on the built config is refused too, as `__init__` refuses it: a folder saved with it would not
-        load."""
-        _refuse_foreign_names(vars(self), "set")
+        """Check the rules first: transformers creates the folder and copies this file before its `validate()`."""
         self.validate()
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
@@ -341,8 +335,10 @@ class TurnerConfig(_TurnerFields):
     >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))"""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Check the value (wording what the field allows), then let the fields derived from this one follow it. The
-        same value set again changes nothing (`merge_with_config_defaults` sets `is_causal` to itself on every call)."""
+        """Check the value (wording what the field allows), then let the fields derived from this one follow it. Another
+        family's name (`n_embd`, `layer_norm_epsilon`, ...) sets Turner's own field. The same value set again changes
+        nothing (`merge_with_config_defaults` sets `is_causal` to itself on every call)."""
+        name = self.attribute_map.get(name, name)
         if self.__dict__.get(name, _UNSET) is value:
             return
         before = self._derived() if getattr(self, "_post_init_done", False) else None  # once the config is built
@@ -373,16 +369,6 @@ class TurnerConfig(_TurnerFields):
 _ONE_ARGUMENT = {"__init__": ValueError.__init__}
 InvalidFieldError = type("InvalidFieldError", (StrictDataclassFieldValidationError, ValueError), _ONE_ARGUMENT)
 InvalidConfigError = type("InvalidConfigError", (StrictDataclassClassValidationError, ValueError), _ONE_ARGUMENT)
-
-
-def _refuse_foreign_names(fields: dict, verb: str) -> None:
-    """Refuse other families' names among `fields` (GPT-2's `n_head`, ...), naming Turner's for each."""
-    if foreign := sorted(set(fields) & set(_FOREIGN_NAMES)):
-        ours = ", ".join(f"{_FOREIGN_NAMES[name]}={fields[name]!r}" for name in foreign)
-        raise ValueError(
-            f"TurnerConfig: {foreign} are other model families' names (GPT-2's, BERT's, T5's, ...); Turner reads "
-            f"transformers' standard names: {verb} {ours}"
-        )
 
 
 def _refuse(name: str, value: object, allowed: str, error: type[ValueError] = ValueError) -> NoReturn:
