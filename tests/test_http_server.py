@@ -54,6 +54,7 @@ SERVERS = {  # name: (folder, turner-serve options, the command: the installed s
         "module",
     ),
 }
+FOLDER_TEMPERATURE = 1.5  # the `sampling` folder's generation config: do_sample, at this temperature
 SERVER_MEMORY = 2 * 2**30  # bytes of RSS a server of these tiny models stays under, its paged cache included
 SCRIPT = Path(sys.executable).with_name("turner-serve")  # what `pip install` put beside this interpreter
 
@@ -86,7 +87,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     config.initializer_range = 0.5
     model = TurnerForCausalLM(config)
     paths = {}
-    for name, template in (("chat", CHAT_TEMPLATE), ("plain", None)):
+    for name, template in (("chat", CHAT_TEMPLATE), ("plain", None), ("sampling", None)):
+        # `sampling`: the same weights, a generation config that samples (do_sample, temperature 1.5)
+        model.generation_config.do_sample = name == "sampling"
+        model.generation_config.temperature = FOLDER_TEMPERATURE if name == "sampling" else None
         model.save_pretrained(root / name)
         char_tokenizer(template).save_pretrained(root / name)
         paths[name] = root / name
@@ -186,6 +190,26 @@ def reference(folders):
         with torch.no_grad():
             output = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False)
         new = output[0, len(ids) :]
+        return tokenizer.decode(new, skip_special_tokens=True), len(new)
+
+    return generate
+
+
+@pytest.fixture(scope="module")
+def sampled(folders):
+    """Sampling `generate()` on the `chat` folder as OpenAI means a request's fields: the whole distribution at
+    `temperature` (no top-k), the `top_p` nucleus, torch seeded with `seed` just before: (text, token count)."""
+    model = AutoModelForCausalLM.from_pretrained(folders["chat"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folders["chat"])
+
+    def generate(prompt: str, max_new_tokens: int, temperature: float, seed: int, top_p: float = 1.0) -> tuple:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            output = model.generate(
+                ids, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=top_p, top_k=0
+            )
+        new = output[0, ids.shape[1] :]
         return tokenizer.decode(new, skip_special_tokens=True), len(new)
 
     return generate
@@ -459,7 +483,9 @@ def test_an_unknown_model_name_gets_a_400_naming_both(server, reference):
     body = {"model": "gpt-4o", "prompt": "Hi", "max_tokens": 4}
     status, answer = post_raw(server, "/v1/completions", json.dumps(body).encode())
     assert status == 400, answer
-    assert json.loads(answer)["detail"] == f"Server is pinned to '{server.model}'; requested 'gpt-4o'."
+    error = json.loads(answer)["error"]  # OpenAI's shape, as every error of the server (upstream: {"detail": ...})
+    assert error["message"] == f"Server is pinned to '{server.model}'; requested 'gpt-4o'."
+    assert error["type"] == "invalid_request_error"
     check_answers_correctly(server, reference)
 
 
@@ -564,6 +590,180 @@ def test_a_client_that_disconnects_mid_stream_leaves_the_server_serving(server, 
         assert received.startswith(b"HTTP/1.1 200")
     check_answers_correctly(server, reference)
     check_answers_correctly(server, reference, prompt="Stream")
+
+
+# ---- sampling: each request's own settings, as OpenAI means them -------------------------------------------------
+
+
+def complete(server: Server, prompt: str, max_tokens: int, **sampling) -> tuple[str, int]:
+    answer = server.client().completions.create(model=server.model, prompt=prompt, max_tokens=max_tokens, **sampling)
+    return answer.choices[0].text, answer.usage.completion_tokens
+
+
+def test_a_positive_temperature_samples_with_the_requests_top_p_and_seed(server, reference, sampled):
+    """Sequential: temperature 1.5 samples (the folder's generation config does not), at that temperature from the
+    top_p nucleus, and the seed makes it repeatable: generate()'s text with torch seeded the same; another seed, other
+    text. Continuous batching, whose batch shares one sampling setting (here the folder's: greedy): a 400 naming the
+    temperature and the setting it is fixed to."""
+    asked = {"temperature": 1.5, "top_p": 0.9}
+    if "--continuous-batching" in server.process.args:
+        with pytest.raises(BadRequestError) as refusal:
+            complete(server, "Hello", 12, **asked, seed=1)
+        error = refusal.value.body
+        assert error["param"] == "temperature", error
+        assert error["message"].startswith("temperature=1.5: under --continuous-batching"), error
+        assert "greedy (temperature 0" in error["message"] and "send temperature=0 or leave it out" in error["message"]
+        card = server.client().models.list().data[0].sampling
+        assert card == {"per_request": False, "fixed": {"temperature": 0}}
+        return
+    first, again, other = (complete(server, "Hello", 12, **asked, seed=seed) for seed in (1, 1, 2))
+    assert first == again == sampled("Hello", 12, seed=1, **asked)
+    assert other == sampled("Hello", 12, seed=2, **asked) and other != first
+    assert first != reference(12, prompt="Hello")  # greedy text: what upstream answered
+    assert server.client().models.list().data[0].sampling == {"per_request": True, "default": {"temperature": 0}}
+    log = server.output()
+    assert "may be ignored" not in log and "Ignoring unsupported fields" not in log, log[-3000:]
+
+
+def test_requests_of_different_settings_sent_together_each_get_their_own(server, reference, sampled):
+    """A greedy request G and a sampling one H (other temperature, seed, length), each sent alone, then twice each
+    at once: every answer is the one its request got alone (upstream, continuous batching gave one of them the other's
+    setting). Continuous batching fixes one setting (greedy here): H gets a 400 naming it, together or alone."""
+    greedy = {"prompt": "alpha beta", "max_tokens": 10, "temperature": 0}
+    sampling = {"prompt": "gamma", "max_tokens": 14, "temperature": 1.3, "seed": 7}
+    continuous = "--continuous-batching" in server.process.args
+
+    def ask(body: dict) -> tuple[str, int] | str:
+        try:
+            return complete(server, **body)
+        except BadRequestError as error:
+            return error.body["param"]
+
+    alone = [ask(greedy), ask(sampling)]
+    assert alone[0] == reference(10, prompt="alpha beta")
+    assert alone[1] == ("temperature" if continuous else sampled("gamma", 14, temperature=1.3, seed=7))
+    bodies = [greedy, sampling, greedy, sampling]
+    barrier = Barrier(len(bodies))
+
+    def together(body: dict) -> tuple[str, int] | str:
+        barrier.wait(timeout=60)
+        return ask(body)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        assert list(pool.map(together, bodies)) == alone * 2
+
+
+@pytest.mark.parametrize("served", list(SERVERS))
+def test_a_folder_that_samples_by_default_is_overruled_by_the_request(folders, reference, sampled, served, tmp_path):
+    """The `sampling` folder's generation config samples at temperature 1.5. Sequential: a request without a
+    temperature samples at 1.5 (the folder's default), one with temperature 0 is greedy (the request wins).
+    Continuous batching serves every request at the folder's 1.5 and says so; temperature 0 and a seed, which the
+    shared batch cannot honour, get a 400 naming the setting and the fixed value."""
+    _, options, _ = SERVERS[served]
+    server = start_server(folders["sampling"], options, tmp_path)
+    try:
+        card = server.client().models.list().data[0].sampling
+        if "--continuous-batching" in options:
+            assert card == {"per_request": False, "fixed": {"temperature": 1.5, "top_p": 1.0}}
+            assert "all with one sampling setting, temperature 1.5, top_p 1.0" in server.output()
+            for asked, param in (({"temperature": 0}, "temperature"), ({"seed": 3}, "seed"), ({"top_p": 0.5}, "top_p")):
+                with pytest.raises(BadRequestError) as refusal:
+                    complete(server, "Hello", 8, **asked)
+                error = refusal.value.body
+                assert error["param"] == param and "sampled (temperature 1.5, top_p 1" in error["message"], error
+            text, count = complete(server, "Hello", 8, temperature=1.5)
+            assert count == 8 or text == ""  # answered: sampled, so no text to compare
+        else:
+            assert card == {"per_request": True, "default": {"temperature": 1.5, "top_p": 1.0}}
+            assert complete(server, "Hello", 12, temperature=0) == reference(12, prompt="Hello")
+            assert complete(server, "Hello", 12, seed=5) == sampled("Hello", 12, temperature=1.5, seed=5)
+    finally:
+        stop_server(server)
+
+
+# ---- fields the server cannot honour: a 400 naming each --------------------------------------------------------
+
+
+REFUSED = [  # (route, field, value)
+    ("/v1/completions", "n", 2),
+    ("/v1/completions", "best_of", 3),
+    ("/v1/completions", "echo", True),
+    ("/v1/completions", "logprobs", 0),
+    ("/v1/completions", "presence_penalty", 0.5),
+    ("/v1/completions", "frequency_penalty", 1.0),
+    ("/v1/completions", "logit_bias", {"5": 10}),
+    ("/v1/completions", "stop", ["\n"]),
+    ("/v1/completions", "suffix", " end"),
+    ("/v1/chat/completions", "n", 2),
+    ("/v1/chat/completions", "logprobs", True),
+    ("/v1/chat/completions", "top_logprobs", 2),
+    ("/v1/chat/completions", "presence_penalty", -1),
+    ("/v1/chat/completions", "frequency_penalty", 0.5),
+    ("/v1/chat/completions", "logit_bias", {"5": -100}),
+    ("/v1/chat/completions", "response_format", {"type": "json_object"}),
+    ("/v1/chat/completions", "stop", "."),
+    ("/v1/chat/completions", "stream_options", {"include_usage": True}),  # without stream: true
+    ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f"}}]),
+    ("/v1/chat/completions", "seed", 1.5),
+]
+
+
+@pytest.mark.parametrize(("route", "field", "value"), REFUSED, ids=[f"{r[10:]}-{f}" for r, f, _ in REFUSED])
+def test_a_field_the_server_cannot_honour_gets_a_400_naming_it(server, route, field, value):
+    prompt = {"prompt": "Hi"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+    body = {"model": server.model, **prompt, "max_tokens": 4, field: value}
+    status, answer = post_raw(server, route, json.dumps(body).encode())
+    error = json.loads(answer)["error"]
+    assert status == 400 and error["param"] == field and error["type"] == "invalid_request_error", answer
+    assert error["message"].startswith(field), answer
+
+
+def test_fields_that_ask_for_nothing_are_answered_as_without_them(server, reference):
+    """OpenAI's defaults of the fields above, and fields that only label a request (`user`), change nothing; a
+    stream with stream_options.include_usage ends with the usage."""
+    client = server.client()
+    defaults = {"n": 1, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "stop": [], "user": "u"}
+    answer = client.completions.create(model=server.model, prompt="Hi", max_tokens=12, temperature=0, **defaults)
+    assert (answer.choices[0].text, answer.usage.completion_tokens) == reference(12, prompt="Hi")
+    messages = [{"role": "user", "content": "Hi"}]
+    chat = {"logprobs": False, "response_format": {"type": "text"}, "stream_options": {"include_usage": True}}
+    stream = client.chat.completions.create(
+        model=server.model, messages=messages, max_tokens=12, temperature=0, stream=True, **defaults, **chat
+    )
+    chunks = list(stream)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert (text, chunks[-1].usage.completion_tokens) == reference(12, messages=messages)
+    log = server.output()
+    assert "Ignoring unsupported fields" not in log, log[-3000:]
+
+
+def test_every_name_turner_serve_reaches_in_transformers_serve_is_listed_and_there():
+    """One check for each name of `UPSTREAM` (what serve_openai.py and serve.py reach in transformers serve and
+    uvicorn): a release that moves one fails here, and turner-serve refuses to start naming it."""
+    from turner_tfm.serve_openai import UPSTREAM, missing_upstream_names
+
+    assert missing_upstream_names() == []
+    assert len(UPSTREAM) == 12
+    source = "".join(Path("turner_tfm", name).read_text() for name in ("serve.py", "serve_openai.py"))
+    for private in ("_cb_manager", "_cb", "_valid_params_class", "_load_model"):
+        assert private in source and any(private in name or private in why for name, (_, why) in UPSTREAM.items())
+
+
+@pytest.mark.parametrize("name", ["uvicorn.Server.handle_exit", "transformers.cli.serving.utils.CBGenerateManager._cb"])
+def test_turner_serve_refuses_to_start_naming_an_upstream_name_that_moved(folders, capsys, monkeypatch, name):
+    from turner_tfm import serve_openai
+    from turner_tfm.serve import main
+
+    def moved():
+        raise AttributeError("moved in the next release")
+
+    monkeypatch.setitem(serve_openai.UPSTREAM, name, (moved, serve_openai.UPSTREAM[name][1]))
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(folders["chat"])])
+    assert exit_info.value.code == 1
+    assert f"no longer has what turner-serve relies on (turner_tfm/serve_openai.py, UPSTREAM): {name} (moved" in (
+        capsys.readouterr().err
+    )
 
 
 # ---- rotary positions: no table to run off ----------------------------------------------------------------------
