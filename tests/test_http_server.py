@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +26,7 @@ from threading import Barrier
 import psutil
 import pytest
 import torch
-from openai import BadRequestError, OpenAI
+from openai import APIError, APIStatusError, BadRequestError, OpenAI
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -814,6 +815,9 @@ def test_a_rotary_model_answers_a_prompt_past_its_positions_as_generate_does(rot
             client.completions.create(model=server.model, prompt=long_prompt, temperature=0)
         answer = client.completions.create(model=server.model, prompt=short_prompt, temperature=0)
         assert (answer.choices[0].text, answer.usage.completion_tokens) == up_to_the_positions
+        for prompt in (short_prompt, long_prompt):  # past the server's limit: the hint is the limit, not the positions
+            with pytest.raises(BadRequestError, match=rf"ask for at most {MAX_TOKENS_LIMIT}$"):
+                client.completions.create(model=server.model, prompt=prompt, max_tokens=MAX_TOKENS_LIMIT + 1)
     finally:
         stop_server(server)
 
@@ -869,12 +873,48 @@ def test_one_careless_client_does_not_take_the_server_from_everyone(endless_fold
                     server, "/v1/completions", json.dumps({"model": server.model, **huge}).encode()
                 )
                 assert status == 503 and "the server is busy" in answer and "--max-waiting 0" in answer, answer
-            started = time.monotonic()
-            os.kill(server.process.pid, signal.SIGTERM)
-            server.process.wait(timeout=20)
-            assert time.monotonic() - started < 10, server.output()[-3000:]
+        check_shutdown_answers_every_request_in_flight(server, huge, continuous)
     finally:
         stop_server(server)
+
+
+def check_shutdown_answers_every_request_in_flight(server: Server, huge: dict, continuous: bool) -> None:
+    """SIGTERM with requests generating (continuous batching: a streamed and a non-streamed one; sequential: a
+    streamed one, as --max-waiting 0 lets no other wait): the non-streamed one gets OpenAI's error (503), the stream a
+    last event carrying it (the OpenAI client raises it), the server exits within 10 s and logs no traceback
+    (upstream: a bare 500, a stream cut without an event, an asyncio InvalidStateError in the log)."""
+    streaming = threading.Event()
+    client = server.client().with_options(timeout=30)
+
+    def streamed() -> str:
+        try:
+            for _ in client.completions.create(model=server.model, stream=True, **huge):
+                streaming.set()
+        except APIError as error:
+            return error.message
+        return "the stream ended without an error"
+
+    def whole() -> str:
+        try:
+            client.completions.create(model=server.model, **huge)
+        except APIStatusError as error:
+            return f"{error.status_code} {error.body['message']}"
+        return "answered"
+
+    with ThreadPoolExecutor(2) as pool:
+        stream_answer = pool.submit(streamed)
+        whole_answer = pool.submit(whole) if continuous else None
+        assert streaming.wait(timeout=30), server.output()[-3000:]
+        time.sleep(0.5)  # the non-streamed request has been admitted too
+        started = time.monotonic()
+        os.kill(server.process.pid, signal.SIGTERM)
+        server.process.wait(timeout=20)
+        assert time.monotonic() - started < 10, server.output()[-3000:]
+        assert stream_answer.result(timeout=30).startswith("the server is shutting down"), server.output()[-3000:]
+        if whole_answer is not None:
+            assert whole_answer.result(timeout=30).startswith("503 the server is shutting down")
+    log = server.output()
+    assert "Traceback" not in log and "InvalidStateError" not in log, log[-5000:]
 
 
 # ---- a folder without a chat template ---------------------------------------------------------------------------
