@@ -672,8 +672,9 @@ def test_a_folder_that_samples_by_default_is_overruled_by_the_request(folders, r
                     complete(server, "Hello", 8, **asked)
                 error = refusal.value.body
                 assert error["param"] == param and "sampled (temperature 1.5, top_p 1" in error["message"], error
-            text, count = complete(server, "Hello", 8, temperature=1.5)
-            assert count == 8 or text == ""  # answered: sampled, so no text to compare
+            for asked in ({"temperature": 1.5}, {"top_p": 1.0}, {}):  # the fixed setting, said or not
+                text, count = complete(server, "Hello", 8, **asked)
+                assert count == 8 or text == ""  # answered: sampled, so no text to compare
         else:
             assert card == {"per_request": True, "default": {"temperature": 1.5, "top_p": 1.0}}
             assert complete(server, "Hello", 12, temperature=0) == reference(12, prompt="Hello")

@@ -523,7 +523,7 @@ class ServedModel:
                 f"it out, {advice}",
                 "temperature",
             )
-        if not fixed.greedy and sampling.top_p != fixed.top_p:
+        if not fixed.greedy and sampling.describe()["top_p"] != fixed.describe()["top_p"]:  # None is 1.0
             raise RequestError(
                 f"top_p={body.get('top_p')!r}: {why}; send top_p={fixed.describe()['top_p']:g} or leave it out, "
                 f"{advice}",
