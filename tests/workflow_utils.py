@@ -21,6 +21,7 @@ import transformers
 from safetensors.torch import load_file
 
 from examples.helpers import resume
+from turner_tfm import TurnerConfig, TurnerForCausalLM
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -373,3 +374,42 @@ def worker_pids(launcher: subprocess.Popen, count: int = 2, timeout: float = 300
         if len(workers) == count:
             return workers
         time.sleep(0.1)
+
+
+# The two families a worker of test_resume_across_launchers.py or test_deepspeed.py trains side by side: the same
+# shape, no dropout (1 and 2 processes draw no random numbers then), 32 rows of 16 random tokens.
+TINY_LMS = {
+    "gpt2": lambda: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=64,
+            n_positions=16,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            bos_token_id=1,
+            eos_token_id=2,
+            resid_pdrop=0,
+            embd_pdrop=0,
+            attn_pdrop=0,
+        )
+    ),
+    "turner": lambda: TurnerForCausalLM(
+        TurnerConfig(
+            vocab_size=64, max_position_embeddings=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4
+        )
+    ),
+}
+
+
+def tiny_lm_trainer(family: str, output_dir: Path, **training_args) -> transformers.Trainer:
+    """A `Trainer` for one of `TINY_LMS`, made alike in every process (seed 0), with the default optimizer (fused
+    AdamW on torch >= 2.8), a loss logged every step and `training_args` over those."""
+    transformers.set_seed(0)
+    ids = torch.randint(3, 64, (32, 16), generator=torch.Generator().manual_seed(0))
+    settings = dict(learning_rate=1e-2, logging_steps=1, report_to="none", disable_tqdm=True, use_cpu=True)
+    return transformers.Trainer(
+        model=TINY_LMS[family](),
+        args=transformers.TrainingArguments(output_dir=str(output_dir), **{**settings, **training_args}),
+        train_dataset=[{"input_ids": row, "labels": row} for row in ids],
+        data_collator=transformers.default_data_collator,
+    )
