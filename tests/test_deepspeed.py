@@ -24,6 +24,7 @@ from .workflow_utils import (
     example,
     free_port,
     start,
+    tiny_lm,
     tiny_lm_trainer,
     torchrun,
     training_losses,
@@ -152,24 +153,25 @@ def trained_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def main(output_dir: str, batch_size: str) -> None:
-    for family in TINY_LMS:
-        for engine in ENGINES:
-            folder = Path(output_dir) / family / engine
-            trainer = tiny_lm_trainer(
-                family,
-                folder,
-                per_device_train_batch_size=int(batch_size),
-                max_steps=4,
-                save_strategy="no",
-                deepspeed=zero(int(engine[-1])) if engine.startswith("zero") else None,
-            )
-            trainer.train()
-            trainer.save_model()
-            trained = trained_weights(trainer.model)
-            if trainer.is_world_process_zero():
-                save_file(trained, folder / "trained.safetensors")
-                losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-                (folder / "losses.json").write_text(json.dumps(losses))
+    """Every model is made before the first `Trainer` starts a process group, as a script makes its model."""
+    models = {(family, engine): tiny_lm(family) for family in TINY_LMS for engine in ENGINES}
+    for (family, engine), model in models.items():
+        folder = Path(output_dir) / family / engine
+        trainer = tiny_lm_trainer(
+            model,
+            folder,
+            per_device_train_batch_size=int(batch_size),
+            max_steps=4,
+            save_strategy="no",
+            deepspeed=zero(int(engine[-1])) if engine.startswith("zero") else None,
+        )
+        trainer.train()
+        trainer.save_model()
+        trained = trained_weights(trainer.model)
+        if trainer.is_world_process_zero():
+            save_file(trained, folder / "trained.safetensors")
+            losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+            (folder / "losses.json").write_text(json.dumps(losses))
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from .workflow_utils import TINY_LMS, free_port, start, tiny_lm_trainer, torchrun, wait_all
+from .workflow_utils import TINY_LMS, free_port, start, tiny_lm, tiny_lm_trainer, torchrun, wait_all
 
 WORKER = ["-m", "tests.test_resume_across_launchers"]
 # How far a resumed run's final weights and logits may be from the uninterrupted one's. Measured on torch 2.13: up to
@@ -70,7 +70,7 @@ def main(batch_size: str, *runs: str) -> None:
         output_dir, _, resume = run.partition(":")
         for family in TINY_LMS:
             trainer = tiny_lm_trainer(
-                family,
+                tiny_lm(family),
                 Path(output_dir) / family,
                 per_device_train_batch_size=int(batch_size),
                 max_steps=6,

@@ -401,14 +401,19 @@ TINY_LMS = {
 }
 
 
-def tiny_lm_trainer(family: str, output_dir: Path, **training_args) -> transformers.Trainer:
-    """A `Trainer` for one of `TINY_LMS`, made alike in every process (seed 0), with the default optimizer (fused
-    AdamW on torch >= 2.8), a loss logged every step and `training_args` over those."""
+def tiny_lm(family: str) -> transformers.PreTrainedModel:
+    """One of `TINY_LMS`, made alike in every process (seed 0)."""
     transformers.set_seed(0)
+    return TINY_LMS[family]()
+
+
+def tiny_lm_trainer(model: transformers.PreTrainedModel, output_dir: Path, **training_args) -> transformers.Trainer:
+    """A `Trainer` for a `tiny_lm`, on the same 32 rows in every process, with the default optimizer (fused AdamW on
+    torch >= 2.8), a loss logged every step and `training_args` over those."""
     ids = torch.randint(3, 64, (32, 16), generator=torch.Generator().manual_seed(0))
     settings = dict(learning_rate=1e-2, logging_steps=1, report_to="none", disable_tqdm=True, use_cpu=True)
     return transformers.Trainer(
-        model=TINY_LMS[family](),
+        model=model,
         args=transformers.TrainingArguments(output_dir=str(output_dir), **{**settings, **training_args}),
         train_dataset=[{"input_ids": row, "labels": row} for row in ids],
         data_collator=transformers.default_data_collator,
