@@ -55,31 +55,29 @@ def zero(stage: int) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The worker in one process (with the environment a launcher gives it) beside torchrun with two, each saying
-    `BATCH` so that a step sees 8 rows in both: OUT is "1" and "2" in the folder returned."""
-    folder = tmp_path_factory.mktemp("deepspeed")
-    one = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
-    wait_all(
-        start([sys.executable, *WORKER, "1", "8"], folder, **CPU, **one, MASTER_PORT=str(free_port())),
-        start([*torchrun(port=free_port()), *WORKER, "2", "4"], folder, **CPU),
-        timeout=600,
-    )
-    return folder
+def launch(processes: int, folder: Path):
+    """The worker in one process (with the environment a launcher gives it) or under torchrun with two, so that a
+    step sees 8 rows either way; OUT is `folder`."""
+    if processes == 1:
+        one = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+        command = [sys.executable, *WORKER, str(folder), "8"]
+        return start(command, folder, **CPU, **one, MASTER_PORT=str(free_port()))
+    return start([*torchrun(port=free_port(), processes=processes), *WORKER, str(folder), "4"], folder, **CPU)
 
 
 def loaded_weights(folder: Path) -> dict[str, torch.Tensor]:
     return dict(AutoModelForCausalLM.from_pretrained(folder).named_parameters())
 
 
-@pytest.mark.parametrize("processes", ["1", "2"])
-def test_zero_2_and_3_log_the_losses_of_the_trainer_alone_as_gpt2s_do(runs: Path, processes: str) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_zero_2_and_3_train_as_the_trainer_alone_and_save_what_they_trained_as_gpt2s_do(
+    processes: int, tmp_path: Path
+) -> None:
+    """One worker launch per test (under pytest -n, the two run side by side)."""
+    wait_all(launch(processes, tmp_path), timeout=600)
     found = {}
     for family in TINY_LMS:
-        losses = {
-            engine: json.loads((runs / processes / family / engine / "losses.json").read_text()) for engine in ENGINES
-        }
+        losses = {engine: json.loads((tmp_path / family / engine / "losses.json").read_text()) for engine in ENGINES}
         assert len(losses["trainer"]) == 4, losses
         found[family] = {
             engine: max(abs(a - b) for a, b in zip(losses[engine], losses["trainer"], strict=True))
@@ -89,21 +87,17 @@ def test_zero_2_and_3_log_the_losses_of_the_trainer_alone_as_gpt2s_do(runs: Path
     far = {family: gaps for family, gaps in found.items() if max(gaps.values()) > CLOSE["loss"]}
     assert not far, found
 
-
-@pytest.mark.parametrize("processes", ["1", "2"])
-def test_a_zero_run_saves_the_weights_it_trained_and_they_equal_the_trainer_alones(runs: Path, processes: str) -> None:
-    for family in TINY_LMS:
-        alone = load_file(runs / processes / family / "trainer" / "trained.safetensors")
+    for family in TINY_LMS:  # the saved folder loads to the weights trained, and those are the Trainer alone's
+        alone = load_file(tmp_path / family / "trainer" / "trained.safetensors")
         for engine in ENGINES[1:]:
-            folder = runs / processes / family / engine
+            folder = tmp_path / family / engine
             trained = load_file(folder / "trained.safetensors")
             loaded = loaded_weights(folder)
             assert loaded.keys() == trained.keys() == alone.keys()
             for name, weight in loaded.items():
-                torch.testing.assert_close(weight, trained[name], rtol=0, atol=0, msg=f"{family} {engine}: {name}")
-                torch.testing.assert_close(
-                    weight, alone[name], rtol=0, atol=CLOSE["weight"], msg=f"{family} {engine}: {name}"
-                )
+                where = f"{family} {engine}: {name}"
+                torch.testing.assert_close(weight, trained[name], rtol=0, atol=0, msg=where)
+                torch.testing.assert_close(weight, alone[name], rtol=0, atol=CLOSE["weight"], msg=where)
 
 
 @pytest.mark.slow
