@@ -24,9 +24,12 @@ from typing import NamedTuple
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 from transformers.cache_utils import Cache
+from transformers.utils import logging
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
 from .configuration_turner import TurnerConfig
+
+logger = logging.get_logger(__name__)
 
 
 def _invalid_input(name: str, value: object, allowed: str) -> ValueError:
@@ -457,6 +460,17 @@ def check_modality(model_name: str, config: TurnerConfig, image: bool) -> None:
     if config.is_image_model != image:
         wanted = "an image config (set image_size)" if image else "a text config (image_size=None)"
         raise ValueError(f"{model_name} needs {wanted}; got image_size={config.image_size!r}.")
+
+
+def warn_if_saved_as_masked_lm(config: TurnerConfig) -> None:
+    """A masked LM's folder loaded as a causal LM (`AutoModelForCausalLM`) keeps its bidirectional mask and loses its
+    trained head (`transform`, the `lm_head` bias): say so, as BERT's `BertLMHeadModel` does."""
+    if "TurnerForMaskedLM" in (config.architectures or ()):
+        logger.warning(
+            "TurnerForCausalLM built from a config saved by TurnerForMaskedLM: its trained head (`transform`, the "
+            f"`lm_head` bias) is not loaded and every token sees both sides (is_causal={config.is_causal}); load the "
+            "folder with AutoModelForMaskedLM, or train it as a causal LM with is_causal=True."
+        )
 
 
 def check_cache(config: TurnerConfig, cache: object | None) -> object | None:

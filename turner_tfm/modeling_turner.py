@@ -43,6 +43,7 @@ from .checks_turner import (
     check_text_call,
     classification_label_check,
     raise_if_out_of_range,
+    warn_if_saved_as_masked_lm,
 )
 from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
@@ -157,7 +158,9 @@ class TurnerEmbeddings(nn.Module):
     def __init__(self, config: TurnerConfig):
         super().__init__()
         self.combine = config.position_embedding_combine
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.token_embedding_size)
+        pad = config.pad_token_id
+        padding_idx = pad if config.use_padding_idx and pad is not None and 0 <= pad < config.vocab_size else None
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.token_embedding_size, padding_idx=padding_idx)
         self.embed_positions = build_position_embedding(config)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
@@ -397,14 +400,20 @@ class TurnerModel(TurnerPreTrainedModel):
     """The backbone: X^(0) from tokens or patches, M transformer blocks, then a final norm (pre-norm only). Returns
     X^(M) as `last_hidden_state`, shape `(batch, N, D)`: the input's shape (§1.2)."""
 
-    def __init__(self, config: TurnerConfig):
+    def __init__(self, config: TurnerConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Build the pooler where `config.use_pooler` asks for one; heads that never read it pass False, as BERT's.
+        """
         super().__init__(config)
+        if config.is_image_model:  # what a caller feeds it (pipelines, transformers' tests), as ViTModel's
+            self.main_input_name = "pixel_values"
         self.embeddings = TurnerPatchEmbeddings(config) if config.is_image_model else TurnerEmbeddings(config)
         rotations = ROTATIONS.get(config.position_embedding_type)
         self.rotary_emb = rotations(config) if rotations is not None else None
         self.layers = nn.ModuleList([TurnerBlock(config, i) for i in range(config.num_hidden_layers)])
         self.norm = build_norm(config) if config.norm_position == "pre" else None
-        self.pooler = TurnerPooler(config) if config.use_pooler else None
+        self.pooler = TurnerPooler(config) if config.use_pooler and add_pooling_layer else None
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -511,7 +520,8 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
         check_modality(type(self).__name__, config, image=False)
-        self.model = TurnerModel(config)
+        warn_if_saved_as_masked_lm(config)
+        self.model = TurnerModel(config, add_pooling_layer=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
@@ -573,12 +583,13 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
 
 
 class _TurnerClassifierMixin:
-    """What the two classifiers share: a backbone, pooling (`config.classifier_pooling`), a linear head, the loss."""
+    """What the classifiers share: a backbone, pooling (`config.classifier_pooling`; not for tokens), a linear head,
+    the loss."""
 
-    def _build_classifier(self, config: TurnerConfig, image: bool) -> None:
+    def _build_classifier(self, config: TurnerConfig, image: bool, pooled: bool = True) -> None:
         check_modality(type(self).__name__, config, image)
         self.num_labels = config.num_labels
-        self.model = TurnerModel(config)
+        self.model = TurnerModel(config, add_pooling_layer=pooled)
         self.dropout = build_dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
@@ -628,15 +639,8 @@ class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedMo
             self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
             sequence_labels=labels if sequence_index is None else None,
         )  # fmt: skip
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            token_type_ids=token_type_ids,
-            use_cache=False,
-            checked_by_caller=True,
-            **kwargs,
+        outputs = encode_checked_text(
+            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
         )
         pooled_tokens = pooling_mask(input_ids, attention_mask, self.config.pad_token_id)
         logits = self._classify(outputs, pooled_tokens, sequence_index)
@@ -717,16 +721,16 @@ def encode_checked_text(
     token_type_ids: torch.LongTensor | None,
     **kwargs: Unpack[TransformersKwargs],
 ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """X^(M) of a whole text (no cache) whose inputs the calling head has checked."""
+    """X^(M) of a whole text whose inputs the calling head has checked. No cache, whatever `use_cache` a caller passes
+    (TRL's trainers pass it to every head, as BERT's encoder heads take and ignore it)."""
     return model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
         inputs_embeds=inputs_embeds,
         token_type_ids=token_type_ids,
-        use_cache=False,
         checked_by_caller=True,
-        **kwargs,
+        **(kwargs | {"use_cache": False}),
     )
 
 
@@ -756,7 +760,7 @@ class TurnerForMaskedLM(TurnerPreTrainedModel):
         super().__init__(config)
         check_modality(type(self).__name__, config, image=False)
         check_bidirectional(type(self).__name__, config)
-        self.model = TurnerModel(config)
+        self.model = TurnerModel(config, add_pooling_layer=False)
         self.transform = TurnerLMTransform(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
@@ -802,7 +806,7 @@ class TurnerForTokenClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config, image=False)
+        self._build_classifier(config, image=False, pooled=False)
         self.post_init()
 
     @can_return_tuple
@@ -848,7 +852,7 @@ class TurnerForQuestionAnswering(TurnerPreTrainedModel):
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
         check_modality(type(self).__name__, config, image=False)
-        self.model = TurnerModel(config)
+        self.model = TurnerModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
