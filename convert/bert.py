@@ -154,6 +154,7 @@ class BertConverter(Converter):
             "norm_position": "post",
             "embedding_layer_norm": True,
             "classifier_pooling": "cls",
+            "use_padding_idx": True,  # BERT's word embeddings keep the pad row fixed (`padding_idx`)
             "classifier_dropout": config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout,
         }
 

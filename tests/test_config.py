@@ -475,6 +475,7 @@ FIELD_VALUES = {
     "mlp_hidden_layers": st.sampled_from([1, 2]),
     "embedding_layer_norm": st.booleans(),
     "type_vocab_size": st.integers(0, 3),
+    "use_padding_idx": st.booleans(),
     "classifier_pooling": st.sampled_from([None, "cls", "mean", "last"]),
     "use_pooler": st.booleans(),
     "image_size": st.none() | st.sampled_from([8, 16, 32]),

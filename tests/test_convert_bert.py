@@ -76,6 +76,35 @@ def test_round_trip_reproduces_every_tensor(source):
     assert_same_state_dict(model, back)
 
 
+def train_padded(model: torch.nn.Module, steps: int = 5) -> list[float]:
+    """AdamW steps on right-padded batches with a span to find, as a padded fine-tuning run takes them."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        batch = {**masked_ids(VOCAB, 0, (7, 4, 2), seed=step), "start_positions": torch.tensor([1, 2, 0])}
+        loss = model(**batch, end_positions=torch.tensor([3, 3, 1])).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_converted_model_fine_tunes_on_padded_batches_as_bert_does():
+    """BERT keeps its pad embedding fixed (`padding_idx`); the converted model too (`use_padding_idx`), or padded
+    training drifts from BERT's."""
+    torch.manual_seed(0)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForQuestionAnswering(scoring_spans(bert_config(pad_token_id=0, **no_dropout)))
+    turner = bert.CONVERTER.model_to_turner(model)
+    assert turner.config.use_padding_idx and turner.get_input_embeddings().padding_idx == 0
+    pad_row = turner.get_input_embeddings().weight[0].detach().clone()
+    torch.testing.assert_close(train_padded(turner), train_padded(model), rtol=1e-5, atol=1e-5)
+    assert torch.equal(turner.get_input_embeddings().weight[0], pad_row)
+    back = bert.CONVERTER.model_from_turner(turner, "BertForQuestionAnswering")
+    assert back.get_input_embeddings().padding_idx == 0
+
+
 def test_minilm_sentence_embeddings_match():
     """sentence-transformers' recipe: mean of the last hidden states over real tokens, then L2-normalised."""
     model = BertModel(bert_config(**MINILM)).eval()

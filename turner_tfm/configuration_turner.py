@@ -98,6 +98,7 @@ class _TurnerFields(PreTrainedConfig):
     mlp_hidden_layers: Literal[1, 2] = 1
     embedding_layer_norm: bool = _bool(default=False)
     type_vocab_size: int = _checked(interval(min=0), "it must be an integer >= 0")(default=0)
+    use_padding_idx: bool = _bool(default=False)
     classifier_pooling: Literal["cls", "mean", "last"] | None = None
     use_pooler: bool = _bool(default=False)
     image_size: int | None = _positive_int(default=None)
@@ -305,6 +306,9 @@ class TurnerConfig(_TurnerFields):
             A token norm on X^(0), after positions and token types are added (BERT's).
         type_vocab_size (`int`, *optional*, defaults to `0`):
             Token types (segments) with an embedding of their own; 0: none.
+        use_padding_idx (`bool`, *optional*, defaults to `False`):
+            The token embedding's row for `pad_token_id` (where it is in the vocabulary) starts at zero and gets no
+            gradient (`nn.Embedding`'s `padding_idx`), as BERT's; the BERT converter sets it.
         classifier_pooling (`str`, *optional*, defaults to `None`):
             What the sequence classifier reads: the first token (`"cls"`), the `"mean"` of the real tokens, or the
             `"last"` real token; unset: `"last"` under the causal mask, `"cls"` with a pooler or for images, else
