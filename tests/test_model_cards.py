@@ -21,14 +21,16 @@ def config_for(task: str) -> TurnerConfig:
         return TurnerConfig(image_size=8, patch_size=2, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
     if task == "text-classification":
         return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "code", 1: "prose"}, **sizes)
-    if task == "fill-mask":
+    if task == "token-classification":
+        return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
+    if task in ("fill-mask", "question-answering"):
         return TurnerConfig(vocab_size=50, is_causal=False, **sizes)
     return TurnerConfig(vocab_size=50, **sizes)
 
 
 @pytest.mark.parametrize("task", TASKS)
 def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_path: Path) -> None:
-    metric = "accuracy" if task.endswith("classification") else "perplexity"
+    metric = {"question-answering": "exact_match"}.get(task, "accuracy" if "classification" in task else "perplexity")
     path = write_model_card(
         tmp_path,
         config_for(task),
@@ -41,6 +43,7 @@ def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_pat
         base_model="me/base",
         num_parameters=12345,
         example_input='say "hi"',
+        example_context='a "quoted" context',
     )
     card = ModelCard.load(path)
     data = card.data
@@ -56,6 +59,26 @@ def test_each_template_fills_and_parses_with_the_hub_metadata(task: str, tmp_pat
     assert 'say \\"hi\\"' in card.text  # quoted safely inside the usage snippet
     if task.endswith("classification"):
         assert "`cat`, `dog`" in card.text or "`code`, `prose`" in card.text
+    if task == "question-answering":  # no pipeline in transformers 5: the snippet reads the span itself
+        assert 'question, context = "say \\"hi\\"", "a \\"quoted\\" context"' in card.text, card.text
+
+
+# the card task of each head (TurnerModel, the backbone, has none of its own)
+HEAD_TASKS = {
+    "TurnerForCausalLM": "text-generation",
+    "TurnerForSequenceClassification": "text-classification",
+    "TurnerForImageClassification": "image-classification",
+    "TurnerForMaskedLM": "fill-mask",
+    "TurnerForTokenClassification": "token-classification",
+    "TurnerForQuestionAnswering": "question-answering",
+}
+
+
+def test_every_head_has_a_card_task() -> None:
+    import turner_tfm
+
+    assert {name for name in turner_tfm.__all__ if name.startswith("TurnerFor")} == set(HEAD_TASKS)
+    assert sorted(HEAD_TASKS.values()) == sorted(TASKS)
 
 
 def table_rows(text: str) -> dict[str, list[str]]:

@@ -37,7 +37,16 @@ from transformers import PreTrainedConfig
 
 from .configuration_turner import TurnerConfig
 
-TASKS = ("text-generation", "text-classification", "image-classification", "fill-mask")
+# one per head: TurnerForCausalLM, ...SequenceClassification, ...ImageClassification, ...MaskedLM,
+# ...TokenClassification, ...QuestionAnswering (TurnerModel, the backbone, is no task of its own)
+TASKS = (
+    "text-generation",
+    "text-classification",
+    "image-classification",
+    "fill-mask",
+    "token-classification",
+    "question-answering",
+)
 CARD_NAME = "README.md"
 PAPER = "Richard E. Turner, *An Introduction to Transformers* (2023), arXiv:2304.10557"
 
@@ -46,6 +55,8 @@ METRICS = {
     "accuracy": ("accuracy", "Accuracy"),
     "perplexity": ("perplexity", "Perplexity"),
     "eval_loss": ("loss", "Cross-entropy loss (nats/token)"),
+    "exact_match": ("exact_match", "Exact match"),
+    "f1": ("f1", "F1 (token overlap with the answer)"),
 }
 # The shape's rows: config field -> the paper's name for it
 SHAPE = {
@@ -90,13 +101,15 @@ def render_model_card(
     base_model: str | None = None,
     num_parameters: int | None = None,
     example_input: str = "",
+    example_context: str = "",
 ) -> ModelCard:
     """Fill the `task` template from `config` and one training run.
 
     `model_id` is what the usage snippet loads (a local folder or a Hub repo id), `dataset_name` a readable name of
     the training data and `dataset_id` its Hub id (default: `dataset_name`), `results` the measured metrics keyed
     as in `METRICS`, `training` the run's settings shown as a table, `base_model` the checkpoint it was fine-tuned
-    from, and `example_input` the text the snippet feeds the model.
+    from, and `example_input` the text the snippet feeds the model (for question answering, the question; its
+    context is `example_context`).
     """
     results = dict(results or {})
     unknown = sorted(set(results) - set(METRICS))
@@ -133,7 +146,8 @@ def render_model_card(
         "results": _table(("metric", "value"), [(METRICS[k][1], f"{v:.4f}") for k, v in results.items()])
         or "Not measured.",
         "labels": ", ".join(f"`{label}`" for label in (config.id2label or {}).values()),
-        "example_input": example_input.replace("\\", "\\\\").replace('"', '\\"'),
+        "example_input": _quoted(example_input),
+        "example_context": _quoted(example_context),
         "paper": PAPER,
         "max_new_tokens": min(80, config.max_position_embeddings // 2),
     }
@@ -153,6 +167,11 @@ def retarget_model_card(card: ModelCard, repo_id: str) -> ModelCard:
     if count == 0:
         return card
     return ModelCard(content)
+
+
+def _quoted(text: str) -> str:
+    """`text` as it stands inside a double-quoted Python string of the usage snippet."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _split_template(text: str) -> tuple[dict, str]:
