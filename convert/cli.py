@@ -98,7 +98,7 @@ def convert_checkpoint(
         raise ValueError(f"`family`={family!r} is not supported; choose one of {list(FAMILIES)}.")
     converter = FAMILIES[family][0]
     overrides = dict(overrides or {})
-    config = AutoConfig.from_pretrained(src)
+    config = read_config(src)
     expected = TurnerConfig.model_type if reverse else converter.config_class.model_type
     if config.model_type != expected:
         hint = (
@@ -130,6 +130,20 @@ def convert_checkpoint(
         unused=unused,
         not_carried=not_carried(src, out),
     )
+
+
+def read_config(src: str) -> PreTrainedConfig:
+    """SRC's config; a SRC that cannot be read (no such folder, no config.json in it, a Hub id that is offline or
+    unknown) is refused in one line that says what was tried."""
+    try:
+        return AutoConfig.from_pretrained(src)
+    except OSError as error:
+        here = "a folder without config.json" if Path(src).is_dir() else f"no folder of that name in {Path.cwd()}"
+        reason = str(error).strip().splitlines()[0]
+        raise ValueError(
+            f"cannot read SRC {src!r}: {here}, and as a Hub id: {reason} Give a checkpoint folder, or a Hub id "
+            "with the network on (HF_HUB_OFFLINE unset) or in the Hugging Face cache."
+        ) from None
 
 
 def _saved_architecture(converter: Converter, config: PreTrainedConfig, reverse: bool) -> str:

@@ -236,3 +236,12 @@ def test_companions_cross_even_when_the_converted_class_does_not_use_them(runs, 
     carried = GenerationConfig.from_pretrained(tmp_path / "base")
     assert carried.eos_token_id == GenerationConfig.from_pretrained(runs.root / "gpt2").eos_token_id == 2
     assert json.loads((tmp_path / "base" / "config.json").read_text())["architectures"] == ["TurnerModel"]
+
+
+@pytest.mark.parametrize("src", ["openai-community/gpt2", "./no-such-folder"])
+def test_a_source_it_cannot_reach_is_refused_in_one_line(src, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # offline (HF_HUB_OFFLINE=1): the Hub id is neither here nor in the cache
+    assert main(["gpt2", src, "out"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f"python -m convert: error: cannot read SRC {src!r}: no folder")
+    assert "Give a checkpoint folder, or a Hub id" in error and not (tmp_path / "out").exists()
