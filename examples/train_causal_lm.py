@@ -39,6 +39,9 @@ class ScriptModelArguments:
     vocab_size: int = field(default=1000, metadata={"help": "tokens of the BPE tokenizer"})
     fsdp_size: int = field(default=1, metadata={"help": "processes that each hold 1/N of every weight (FSDP2)"})
 
+    def __post_init__(self) -> None:
+        training.check_saved_model("model_name_or_path", self.model_name_or_path)
+
 
 ModelArguments = training.config_arguments(
     ScriptModelArguments,

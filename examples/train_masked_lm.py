@@ -42,6 +42,9 @@ class ScriptModelArguments:
     tokenizer: Literal["bpe", "char"] = field(default="bpe", metadata={"help": "trained here on the text"})
     vocab_size: int = field(default=1000, metadata={"help": "tokens of the BPE tokenizer"})
 
+    def __post_init__(self) -> None:
+        training.check_saved_model("model_name_or_path", self.model_name_or_path)
+
 
 ModelArguments = training.config_arguments(
     ScriptModelArguments,

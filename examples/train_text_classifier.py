@@ -40,6 +40,9 @@ class ScriptModelArguments:
     )
     fsdp_size: int = field(default=1, metadata={"help": "processes that each hold 1/N of every weight (FSDP2)"})
 
+    def __post_init__(self) -> None:
+        training.check_saved_model("model_name_or_path", self.model_name_or_path)
+
 
 ModelArguments = training.config_arguments(
     ScriptModelArguments, exclude=("tie_word_embeddings",), hidden_size=64, num_hidden_layers=2, num_attention_heads=4

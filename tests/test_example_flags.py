@@ -135,10 +135,13 @@ def test_the_quickstart_refuses_a_bad_value_in_one_line(capsys, monkeypatch) -> 
     with pytest.raises(SystemExit) as stopped:
         quickstart.main()
     assert stopped.value.code == 2
-    assert capsys.readouterr().err == (
+    said = capsys.readouterr().err
+    assert said == (
         "quickstart.py: error: TurnerConfig: `hidden_size`=30 is invalid; it must be divisible by "
         "num_attention_heads=4, or set head_dim.\n"
     )
+    page = (Path(__file__).resolve().parents[1] / "docs" / "workflows.md").read_text()
+    assert f"python -m examples.quickstart --hidden-size 30\n# {said}" in page, "docs/workflows.md shows another error"
 
 
 def test_a_bad_value_in_a_file_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -108,6 +108,7 @@ def planned_runs(folder: Path) -> dict[str, tuple[str, ...]]:
         "no such column": ("train_causal_lm.py", "--dataset-name", str(folder / "my_data"), "--text-column", "text"),
         "continued": ("train_causal_lm.py", *zen),
         "no such model folder": ("train_causal_lm.py", "--model-name-or-path", "no-such-folder"),
+        "no such text file": ("train_causal_lm.py", "--train-file", "no-such.txt"),
         "lora": ("finetune_lora.py", *lora),
         "no such lora target": ("finetune_lora.py", *base, "--target-modules", "c_attn", "--block-size", "64"),
         "text classifier": ("train_text_classifier.py", *moods),
@@ -210,9 +211,12 @@ def test_train_causal_lm_continues_a_saved_model_on_a_text_file(runs: Runs, quic
     card = ModelCard.load(runs.folder / "zen" / "README.md")
     assert card.data.base_model == str(quickstart[0]), card.data.base_model
     assert "fine-tuned from" in card.text, card.text
-    no_folder = runs.output("no such model folder", expect_failure=True)
-    # from_pretrained's own message (HF_HUB_OFFLINE=1)
-    assert "OSError" in no_folder and "offline mode" in no_folder, no_folder[-2000:]
+    for name, said in {
+        "no such model folder": "--model_name_or_path 'no-such-folder' is not valid: no saved model folder",
+        "no such text file": "--train_file 'no-such.txt' is not valid: no such file in ",
+    }.items():  # refused as the flags are parsed: the usage, then one line
+        output = runs.output(name, expect_failure=True)
+        assert said in output.strip().splitlines()[-1] and "Traceback" not in output, output[-2000:]
 
 
 def test_lora_on_q_and_v_trains_and_the_merged_model_matches_the_adapter(

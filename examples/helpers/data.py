@@ -14,6 +14,8 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .training import UsageError
+
 # Pure-Python standard-library modules whose docstrings and code make the default corpora: present in every
 # CPython install (3.10+), readable English and Python, about half a megabyte of docstrings.
 STDLIB_MODULES = (
@@ -182,14 +184,20 @@ def load_text(
         try:
             text = Path(train_file).read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"{train_file!r} is not UTF-8 text ({error})") from None
+            raise UsageError(f"{train_file!r} is not UTF-8 text ({error})") from None
         name = Path(train_file).stem
     elif dataset_name is not None:
         from datasets import load_dataset
 
-        dataset = load_dataset(dataset_name, dataset_config_name, split=dataset_split)
+        try:
+            dataset = load_dataset(dataset_name, dataset_config_name, split=dataset_split)
+        except (FileNotFoundError, ConnectionError) as error:  # no such folder here, nor a Hub dataset it could reach
+            raise UsageError(
+                f"--dataset_name {dataset_name!r} is not valid: no folder of that name in {Path.cwd()}, and no "
+                f"dataset of that id on the Hub ({type(error).__name__}); give a folder of data files or a Hub id"
+            ) from None
         if text_column not in dataset.column_names:
-            raise ValueError(f"the dataset has no column {text_column!r}: its columns are {dataset.column_names}")
+            raise UsageError(f"the dataset has no column {text_column!r}: its columns are {dataset.column_names}")
         text = "\n\n".join(str(row) for row in dataset[text_column])
         name = dataset_name.rstrip("/").split("/")[-1] if Path(dataset_name).exists() else dataset_name
     elif default == "code":
@@ -197,7 +205,7 @@ def load_text(
     else:
         return stdlib_docstrings(), STDLIB_DOCS_NAME, STDLIB_DOCS_ID
     if not text.strip():
-        raise ValueError(f"the training text of {name!r} is empty")
+        raise UsageError(f"the training text of {name!r} is empty")
     return text, name, name
 
 

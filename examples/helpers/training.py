@@ -6,9 +6,11 @@ curve, the process group left at the end).
   choices and default), read from the config class itself;
 - `parse_arguments`: `HfArgumentParser` over the script's dataclasses, or a .json/.yaml file of the same names;
 - `train`: `trainer.train()`, resumed where --resume_from_checkpoint says, watching the other processes;
-- `run`: a script's `main`, then the process group left cleanly.
+- `run`: a script's `main`, then the process group left cleanly; a `UsageError` (a file, folder or dataset the user
+  named that is not there) ends it in one line, as argparse ends a bad flag.
 """
 
+import argparse
 import dataclasses
 import inspect
 import sys
@@ -25,6 +27,7 @@ from transformers.trainer_utils import TrainOutput
 
 from turner_tfm import TurnerConfig
 
+from .argtypes import saved_model
 from .distributed import ProcessWatch, announce, distributed_without_gpu, leave_process_group, start_process_group
 from .model_card import print_loss_curve
 from .resume import checkpoint_to_resume
@@ -54,6 +57,36 @@ SET_FROM_DATA = {
 CLASSIFIER_FIELDS = ("classifier_pooling", "classifier_dropout", "use_pooler")
 
 
+class UsageError(ValueError):
+    """What the user named is not there or not usable (a file, a model folder, a dataset), found once the run reads it:
+    `run` ends the script with it in one line, `PROG: error: MESSAGE`, not with a traceback."""
+
+
+@dataclass
+class NoScriptArguments:
+    """The model arguments of a script that has none of its own: `config_arguments` adds the TurnerConfig fields."""
+
+
+def check_file(flag: str, path: str | None, suffixes: Sequence[str] = ()) -> None:
+    """Refuse --`flag` `path` (when given) unless it is a file, ending in one of `suffixes` when there are some."""
+    if path is None:
+        return
+    if suffixes and not path.lower().endswith(tuple(suffixes)):
+        raise ValueError(f"--{flag} {path!r} is not valid: expected a {', '.join(suffixes)} file")
+    if not Path(path).expanduser().is_file():
+        raise ValueError(f"--{flag} {path!r} is not valid: no such file in {Path.cwd()}; give the path of one")
+
+
+def check_saved_model(flag: str, path: str | None) -> None:
+    """Refuse --`flag` `path` unless it is a saved model folder (with a config.json) or looks like a Hub repo id
+    (`namespace/name`), as `argtypes.saved_model` does for the scripts that train nothing."""
+    if path is not None:
+        try:
+            saved_model(path)
+        except argparse.ArgumentTypeError as error:
+            raise ValueError(f"--{flag} {error}; give the --output_dir of a finished run, or a Hub id") from None
+
+
 def config_arguments(base: type, *, exclude: Sequence[str] = (), include: Sequence[str] = (), **defaults) -> type:
     """`base` (a dataclass of the script's own model arguments) with a field for each field `TurnerConfig` declares,
     of the config's type and default (`defaults` per script), but those in `SET_FROM_DATA` (unless in `include`) and
@@ -77,6 +110,8 @@ def config_arguments(base: type, *, exclude: Sequence[str] = (), include: Sequen
         return {name: getattr(self, name) for name in names}
 
     def __post_init__(self) -> None:
+        if hasattr(base, "__post_init__"):  # the script's own checks first
+            base.__post_init__(self)
         TurnerConfig(**self.config_kwargs())  # raises a ValueError naming the field, the value and what is valid
 
     namespace = {"config_kwargs": config_kwargs, "__post_init__": __post_init__}
@@ -103,6 +138,9 @@ class TextDataArguments:
     text_column: str = field(default="text", metadata={"help": "the dataset column that holds the text"})
     validation_split_percentage: float = field(default=5.0, metadata={"help": "held-out share of the text"})
     block_size: int = field(default=128, metadata={"help": "tokens per training sequence"})
+
+    def __post_init__(self) -> None:
+        check_file("train_file", self.train_file)
 
     def text_source(self) -> dict[str, str | None]:
         """The keywords of `data.load_text`."""
@@ -162,5 +200,7 @@ def run(main: Callable[[], None]) -> None:
     try:
         main()
         finished = True
+    except UsageError as error:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
     finally:
         leave_process_group(wait_for_the_others=finished)
