@@ -1,8 +1,6 @@
-"""Train a small character-level language model from scratch on the docstrings of Python's standard library (0.5 MB,
-nothing to download), in a few minutes on a laptop CPU: `python -m examples.quickstart` from the repository root.
-Every field of `TrainingArguments` and `TurnerConfig` is a flag (`--max_steps 2000 --hidden_size 256`, `--help`); for
-your own text, a BPE tokenizer or several processes, see train_causal_lm.py.
-"""
+"""Train a small character-level language model from scratch on Python's standard-library docstrings (0.5 MB,
+nothing to download), in minutes on a laptop CPU: `python -m examples.quickstart`. Every TrainingArguments and
+TurnerConfig field is a flag (`--max_steps 2000`, `--help`); for your own text or a BPE tokenizer: train_causal_lm.py"""
 
 import math
 from dataclasses import dataclass
@@ -37,10 +35,10 @@ def main() -> None:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     set_seed(training_args.seed)
 
-    text = data.stdlib_docstrings()
+    text, dataset_name, dataset_id = data.load_text()  # the built-in corpus
     train_text, eval_text = data.split_text(text, validation_percentage=5)
     tokenizer = data.char_tokenizer([train_text], model_max_length=args.block_size)  # one token per character
-    print(f"corpus: {data.STDLIB_DOCS_NAME}, {len(text):,} characters, {len(tokenizer)} distinct tokens")
+    print(f"corpus: {dataset_name}, {len(text):,} characters, {len(tokenizer)} distinct tokens")
     config = TurnerConfig(vocab_size=len(tokenizer), max_position_embeddings=args.block_size,
                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                           **args.config_kwargs())  # fmt: skip
@@ -63,8 +61,8 @@ def main() -> None:
 
     results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
     model_card.save_with_card(trainer, task="text-generation", results=results, example_input=args.prompt,
-                              train_runtime=train_result.metrics["train_runtime"], dataset_name=data.STDLIB_DOCS_NAME,
-                              dataset_id=data.STDLIB_DOCS_ID)  # fmt: skip
+                              train_runtime=train_result.metrics["train_runtime"], dataset_name=dataset_name,
+                              dataset_id=dataset_id)  # fmt: skip
 
 
 if __name__ == "__main__":
