@@ -22,6 +22,8 @@ SCRATCH_SCRIPTS = {
     "train_text_classifier": {"tie_word_embeddings"},
     "train_image_classifier": {"tie_word_embeddings", "embedding_layer_norm"},
     "sentence_embeddings": {"tie_word_embeddings", *training.CLASSIFIER_FIELDS},
+    "train_token_classifier": {"tie_word_embeddings", "classifier_pooling", "use_pooler"},
+    "train_question_answering": {"tie_word_embeddings", *training.CLASSIFIER_FIELDS},
 }
 
 

@@ -47,8 +47,12 @@ EXAMPLE_SCRIPTS = (
     "train_causal_lm.py",
     "train_image_classifier.py",
     "train_masked_lm.py",
+    "train_question_answering.py",
     "train_text_classifier.py",
+    "train_token_classifier.py",
 )
+# The training scripts that run in one process or DDP, without --fsdp-size
+WITHOUT_FSDP = ("train_masked_lm.py", "train_question_answering.py", "train_token_classifier.py")
 # What `--arguments-file`'s YAML sets: five `TrainingArguments` fields the scripts did not take before, and a tiny run
 ARGUMENTS_FILE = {
     **{"train_file": "text.txt", "output_dir": "out", "max_steps": 12, "logging_steps": 1, "warmup_steps": 0},
@@ -187,7 +191,7 @@ def test_every_example_answers_help_with_the_same_flag_names(runs: Runs) -> None
         assert output.startswith(f"usage: {script} "), script
         if script not in ("push_to_hub.py", "generate.py"):  # they train nothing
             assert all(flag in output for flag in common), script
-        if script.startswith("train_") and script != "train_masked_lm.py":  # the masked LM: one process or DDP
+        if script.startswith("train_") and script not in WITHOUT_FSDP:
             assert "--fsdp-size" in output, script
 
 

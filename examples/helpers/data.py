@@ -6,7 +6,10 @@ and text cut into blocks of tokens.
 import ast
 import importlib
 import inspect
+import io
+import keyword
 import random
+import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -103,6 +106,53 @@ def code_or_prose(examples_per_class: int, seed: int) -> tuple[list[str], list[s
         rows += [(text, label) for text in rng.sample(lines, min(examples_per_class, len(lines)))]
     rng.shuffle(rows)
     return [text for text, _ in rows], [label for _, label in rows]
+
+
+# What a token-classification model learns to tag in a line of Python: `tokenize`'s kinds, keywords apart from names
+PYTHON_TOKEN_KINDS = {tokenize.NAME: "name", tokenize.NUMBER: "number", tokenize.STRING: "string", tokenize.OP: "op"}
+
+
+def python_token_tags(lines: int, seed: int) -> list[tuple[str, list[tuple[int, int, str]]]]:
+    """The default token-classification task: lines of the standard library's code, each with the (start, end, tag)
+    of its words as Python's own `tokenize` reads them: `keyword`, `name`, `number`, `string` or `op`. Lines that do
+    not tokenize alone (an open bracket) are passed over."""
+    code = sorted({line.strip() for line in stdlib_code().splitlines() if 20 <= len(line.strip()) <= 80})
+    tagged = []
+    for line in random.Random(seed).sample(code, len(code)):
+        try:
+            words = list(tokenize.generate_tokens(io.StringIO(line).readline))
+        except (tokenize.TokenError, SyntaxError):
+            continue
+        spans = [
+            (word.start[1], word.end[1], "keyword" if keyword.iskeyword(word.string) else PYTHON_TOKEN_KINDS[word.type])
+            for word in words
+            if word.type in PYTHON_TOKEN_KINDS
+        ]
+        tagged.append((line, spans))
+        if len(tagged) == lines:
+            break
+    return tagged
+
+
+def which_line(questions: int, calls_per_context: int, seed: int) -> list[tuple[str, str, str, int]]:
+    """The default question-answering task: (question, context, answer, where the answer starts in the context). The
+    context lists a few calls of the standard library's public functions at line numbers drawn at random ("line 212
+    calls dumps."), the question asks for one ("Which line calls dumps?"), and the answer is its number, a span of
+    the context: found only by reading the context, as nothing ties a function to a number."""
+    names = sorted(
+        {name for module in _stdlib_modules() for name, obj in vars(module).items()
+         if inspect.isfunction(obj) and not name.startswith("_") and obj.__module__ == module.__name__}
+    )  # fmt: skip
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(questions):
+        numbers, called = rng.sample(range(1, 1000), calls_per_context), rng.sample(names, calls_per_context)
+        calls = list(zip(numbers, called, strict=True))
+        line, name = rng.choice(calls)
+        context = " ".join(f"line {number} calls {function}." for number, function in calls)
+        start = context.index(f"line {line} calls {name}.") + len("line ")
+        rows.append((f"Which line calls {name}?", context, str(line), start))
+    return rows
 
 
 def split_text(text: str, validation_percentage: float) -> tuple[str, str]:
