@@ -7,6 +7,7 @@ of the cache's old name, with `logger.warning_once`, and torch some with `log.wa
 below. `tests/test_torch_deprecations.py` runs both through pytest.
 """
 
+import importlib.util
 import logging
 import os
 import re
@@ -106,9 +107,9 @@ def _no_deprecated_calls():
     assert not recorder.calls, "transformers or torch reports a deprecated call of ours:\n" + "\n".join(recorder.calls)
 
 
-# transformers' own suites come from its sdist, which `.ci/run` unpacks and names in TURNER_UPSTREAM_TESTS (docs/testing.md):
-# without it there is nothing to import them from
-collect_ignore = [] if os.environ.get("TURNER_UPSTREAM_TESTS") else ["test_upstream_suites.py"]
+# transformers' own suites come from its sdist, which `.ci/run` unpacks as `upstream_tests` on PYTHONPATH
+# (docs/testing.md): without it there is nothing to import them from
+collect_ignore = [] if importlib.util.find_spec("upstream_tests") else ["test_upstream_suites.py"]
 
 # The torch the version markers need (pyproject's markers): below it those tests skip, saying which torch and why.
 TORCH_FLOORS = {

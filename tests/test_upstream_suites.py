@@ -1,8 +1,8 @@
 """transformers' own model test suites, unmodified, over every Turner head beside the in-library anchors (issue 66).
 
 The suites come from the sdist of the installed transformers release on the package index: `.ci/run` downloads it
-(`pip download --no-binary :all:`), unpacks its `tests/` as the package `upstream_tests` and points
-`TURNER_UPSTREAM_TESTS` at the folder holding it; nothing of it is in this repository, and no helper of it is patched.
+(`pip download --no-binary :all:`) and unpacks its `tests/` as the package `upstream_tests` in a folder it puts on
+`PYTHONPATH`; nothing of it is in this repository, and no helper of it is patched.
 Run by hand as docs/testing.md says; `tests/conftest.py` leaves this file out of a run without that variable.
 
 What this module adds is what an in-library model's own test file adds: a model tester (tiny shapes, as
@@ -21,11 +21,9 @@ against GPT-2's by tests/test_generation.py and tests/test_like_in_library.py). 
 
 import importlib
 import importlib.util
-import os
 import sys
 import types
 import unittest
-from pathlib import Path
 
 import pytest
 import torch
@@ -81,13 +79,11 @@ TURNER_TASKS = {
 
 
 def import_upstream_suites() -> types.ModuleType:
-    folder = os.environ.get("TURNER_UPSTREAM_TESTS")
-    if not folder or not (Path(folder) / UPSTREAM / "test_modeling_common.py").is_file():
+    if importlib.util.find_spec(UPSTREAM) is None:
         raise RuntimeError(
-            f"TURNER_UPSTREAM_TESTS={folder!r} holds no {UPSTREAM}/test_modeling_common.py: unpack the `tests/` of the "
-            "installed transformers' sdist there as `upstream_tests` (docs/testing.md)"
+            f"no package {UPSTREAM!r} on the path: unpack the `tests/` of the installed transformers' sdist as "
+            f"`{UPSTREAM}` in a folder on PYTHONPATH (docs/testing.md)"
         )
-    sys.path.insert(0, folder)
     for name, mixin in STAND_INS.items():
         if importlib.util.find_spec(name.rpartition(".")[0]) is None:
             sys.modules[name.rpartition(".")[0]] = types.ModuleType(name.rpartition(".")[0])
