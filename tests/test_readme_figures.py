@@ -83,11 +83,12 @@ def gpu_row(section: str, batch: int, shape: str | None = None, own_loop: bool =
 DAY = RESULTS + "2026-11-27/"
 TRAIN, TRAIN_COMPILED = DAY + "train_cpu_no_cache.json", DAY + "train_cpu_compiled_no_cache.json"
 HOST_COST = DAY + "host_cost_top_level.json"
-DECODING = RESULTS + "2026-11-28/"
+XEON = RESULTS + "2026-11-28/xeon_"
+XEON_TRAIN = XEON + "train.json"
 DYNAMIC_B1, DYNAMIC_B8, STATIC = (
-    DECODING + "generate_dynamic_b1_input_major_5.json",
-    DECODING + "generate_dynamic_b8_input_major_5.json",
-    DECODING + "generate_static_b1_input_major_5.json",
+    XEON + "generate_dynamic_b1.json",
+    XEON + "generate_dynamic_b8.json",
+    XEON + "generate_static_b1.json",
 )
 GPU, CONTINUOUS = RESULTS + "gpu/gpu_column_h200.json", RESULTS + "gpu/continuous_batching_h200.json"
 
@@ -106,6 +107,11 @@ ROWS = [
         ),
     },
     {
+        "training step (forward, backward, AdamW), L4 D128, 12 x 64 tokens": (
+            {XEON_TRAIN},
+            lambda: speedups(XEON_TRAIN, shape="nanogpt-cpu"),
+        ),
+        "training step, L6 D384, 8 x 256 tokens": ({XEON_TRAIN}, lambda: speedups(XEON_TRAIN, shape="nanogpt-gpu")),
         "`generate()` greedy, prompt 128 + 128 new tokens, L6 D384, dynamic cache, batch 1": (
             {DYNAMIC_B1},
             lambda: speedups(DYNAMIC_B1, batch=1),
