@@ -1,5 +1,5 @@
 """BERT <-> Turner: `BertModel` (with or without its pooler), `BertForSequenceClassification`, `BertForMaskedLM`,
-`BertForTokenClassification` and `BertForQuestionAnswering`.
+`BertForTokenClassification`, `BertForQuestionAnswering` and `BertForMultipleChoice`.
 
 BERT is the encoder of footnote 18: no mask, learned positions plus token-type embeddings, a LayerNorm on the
 embeddings, and the norm after each residual sum (`norm_position="post"`, hence no final norm). Its pooler is a
@@ -8,7 +8,8 @@ built on `BertModel` (the MiniLM family) convert like any `BertModel`.
 
 BERT's masked-LM head is Turner's: its transform (dense, activation, LayerNorm) becomes `transform`, its decoder
 `lm_head`, whose bias BERT keeps twice (`decoder.bias` and `predictions.bias`, one tensor). The token classifier and
-the span scorer (`qa_outputs`) carry over by name; BERT's three token-level heads have no pooler.
+the span scorer (`qa_outputs`) carry over by name; BERT's three token-level heads have no pooler. The multiple-choice
+head reads the pooler, as the sequence classifier does, and scores each choice with a one-output `classifier`.
 
 Refused (no Turner counterpart): `is_decoder=True`, `add_cross_attention=True`, a `position_embedding_type`
 other than "absolute" (older configs carry it; transformers v5 BERT ignores it). The dropout before BERT's
@@ -19,6 +20,7 @@ import torch
 from transformers import (
     BertConfig,
     BertForMaskedLM,
+    BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -28,6 +30,7 @@ from transformers import (
 from turner_tfm import (
     TurnerConfig,
     TurnerForMaskedLM,
+    TurnerForMultipleChoice,
     TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
     TurnerForTokenClassification,
@@ -111,6 +114,13 @@ class BertConverter(Converter):
             TurnerForQuestionAnswering,
             rules=rename_module("qa_outputs", "qa_outputs"),
             check_source=_two_span_scores,
+        ),
+        "BertForMultipleChoice": Head(
+            BertForMultipleChoice,
+            TurnerForMultipleChoice,
+            rules=rename_module("classifier", "classifier"),
+            pooler=True,
+            turner_options={"classifier_pooling": "cls"},
         ),
     }
     fields = {

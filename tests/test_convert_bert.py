@@ -7,6 +7,7 @@ import torch
 from transformers import (
     BertConfig,
     BertForMaskedLM,
+    BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -242,3 +243,37 @@ def test_a_question_answering_head_scoring_more_than_start_and_end_is_refused():
     model = BertForQuestionAnswering(bert_config(num_labels=3))
     with pytest.raises(ValueError, match=re.escape("`num_labels`=3")):
         bert.to_turner(model.state_dict(), model.config, "BertForQuestionAnswering")
+
+
+def choices_with_padding_and_token_types(batch: int = 3, choices: int = 4, length: int = 7) -> dict[str, torch.Tensor]:
+    """`batch` rows of `choices` sequences (a question, then one answer: token type 1), right-padded."""
+    rows = masked_ids(VOCAB, 0, tuple(length - row % 4 for row in range(batch * choices)))
+    rows["token_type_ids"] = (torch.arange(length) >= 3).long() * rows["attention_mask"]
+    return {name: value.view(batch, choices, length) for name, value in rows.items()}
+
+
+def test_multiple_choice_converts_exactly_both_ways_and_fine_tunes_as_bert_does():
+    """`BertForMultipleChoice` and `TurnerForMultipleChoice`: the same logits and loss with padding and token types,
+    the same losses over AdamW steps, and every tensor back."""
+    torch.manual_seed(0)
+    model = BertForMultipleChoice(bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    turner = bert.CONVERTER.model_to_turner(model)
+    assert type(turner).__name__ == "TurnerForMultipleChoice" and turner.config.use_pooler
+    batch = {**choices_with_padding_and_token_types(), "labels": torch.tensor([0, 3, 1])}
+    assert_same_outputs(model.eval(), turner.eval(), batch, ("loss", "logits"))
+    assert turner(**batch).logits.shape == (3, 4)
+
+    def fine_tune(chooser: torch.nn.Module) -> list[float]:
+        optimizer, losses = torch.optim.AdamW(chooser.parameters(), lr=1e-2), []
+        for _ in range(4):
+            loss = chooser.train()(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    back = bert.CONVERTER.model_from_turner(bert.CONVERTER.model_to_turner(model), "BertForMultipleChoice")
+    assert type(back) is BertForMultipleChoice
+    assert_same_state_dict(model, back)
+    torch.testing.assert_close(fine_tune(turner), fine_tune(model), rtol=1e-5, atol=1e-5)

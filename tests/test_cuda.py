@@ -232,7 +232,7 @@ def test_the_gpu_column_command_runs_every_section_on_cuda(tmp_path, monkeypatch
     check_gpu_column(payload, "cuda")
 
 
-# ---- Liger's kernels (`TrainingArguments(use_liger_kernel=True)`, turner_tfm/liger_turner.py) ------------------------
+# ---- Liger's kernels (`TrainingArguments(use_liger_kernel=True)`, turner_tfm/liger.py) ------------------------
 
 
 def liger_pair(normalization: str) -> tuple[TurnerForCausalLM, TurnerForCausalLM]:

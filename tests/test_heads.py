@@ -1,5 +1,6 @@
-"""The token-level heads: masked LM, token classification, extractive question answering. Their losses against
-torch's cross-entropy written out, the tied output embedding, and the clear errors for what they cannot take."""
+"""The heads BERT has beside the sequence classifier: masked LM, token classification, extractive question answering,
+multiple choice. Their losses against torch's cross-entropy written out, the tied output embedding, and the clear
+errors for what they cannot take."""
 
 import inspect
 import json
@@ -9,7 +10,13 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from turner_tfm import TurnerForMaskedLM, TurnerForQuestionAnswering, TurnerForTokenClassification
+import turner_tfm
+from turner_tfm import (
+    TurnerForMaskedLM,
+    TurnerForMultipleChoice,
+    TurnerForQuestionAnswering,
+    TurnerForTokenClassification,
+)
 
 from .tiny import random_ids, text_config
 
@@ -134,8 +141,46 @@ def test_targets_a_head_cannot_take_are_refused_by_name(model_class, targets, me
         model(input_ids=random_ids(2, 5), **targets)
 
 
-@pytest.mark.parametrize("model_class", [TurnerForMaskedLM, TurnerForTokenClassification, TurnerForQuestionAnswering])
-def test_each_heads_forward_documents_every_argument(model_class):
+def choices(batch: int = 2, count: int = 4, length: int = 5) -> torch.Tensor:
+    return random_ids(batch * count, length).view(batch, count, length)
+
+
+def test_multiple_choice_scores_each_choice_alone_and_its_loss_is_the_cross_entropy_over_choices():
+    model = TurnerForMultipleChoice(encoder_config(use_pooler=True)).eval()
+    ids, labels = choices(3), torch.tensor([1, -100, 3])
+    with torch.no_grad():
+        outputs = model(input_ids=ids, labels=labels)
+        alone = torch.stack([model(input_ids=ids[:, [choice]]).logits[:, 0] for choice in range(4)], dim=1)
+    assert outputs.logits.shape == (3, 4)
+    torch.testing.assert_close(outputs.logits, alone)  # a choice's score reads that choice only
+    expected = torch.nn.functional.cross_entropy(outputs.logits[[0, 2]], torch.tensor([1, 3]))
+    torch.testing.assert_close(outputs.loss, expected)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"input_ids": random_ids(2, 5)}, "`input_ids` of shape (2, 5) is invalid: a multiple-choice head takes"),
+        ({"labels": torch.tensor([0, 4])}, "`labels` has 4 at row 1; choice indices must be in [0, 4)"),
+        ({"labels": torch.tensor([0.0, 1.0])}, "`labels` of shape (2,) and dtype torch.float32 is invalid"),
+        ({"attention_mask": torch.ones(2, 5)}, "`attention_mask` of shape (2, 5) is invalid: expected (2, 4, 5)"),
+        ({"input_ids": choices().tolist()}, "`input_ids` must be a torch.Tensor, got a list"),
+        ({"input_ids": None}, "Pass exactly one of `input_ids` and `inputs_embeds`; got neither."),
+        ({"input_ids": choices().masked_fill(choices() > -1, 99)}, "`input_ids` has 99 at row 0, position 0"),
+    ],
+)
+def test_multiple_choice_inputs_it_cannot_take_are_refused_by_name(inputs, message):
+    model = TurnerForMultipleChoice(encoder_config())
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        model(**{"input_ids": choices(), **inputs})
+
+
+HEADS = [name for name in turner_tfm.__all__ if name.startswith("TurnerFor")]
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_each_heads_forward_documents_every_argument(name):
+    model_class = getattr(turner_tfm, name)
     parameters = [name for name in inspect.signature(model_class.forward).parameters if name not in ("self", "kwargs")]
-    documented = re.findall(r"^        (\w+) \(`", model_class.forward.__doc__, flags=re.MULTILINE)
+    documented = re.findall(r"^ +(\w+) \(`", model_class.forward.__doc__.split("Returns:")[0], flags=re.MULTILINE)
     assert documented == parameters

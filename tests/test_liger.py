@@ -1,5 +1,6 @@
-"""Liger's kernels for Turner (`liger_turner`): `TrainingArguments(use_liger_kernel=True)` patches Turner, installed and
-as remote code, as it patches Llama.
+"""Liger's kernels for Turner (`turner_tfm.liger`): `TrainingArguments(use_liger_kernel=True)` patches Turner, as it
+patches Llama, where `turner_tfm` is installed: the patch is installed-only (a saved folder does not carry it), and it
+patches a model loaded as remote code as well as an installed one.
 
 Liger's kernels are Triton kernels. On the CPU, triton's interpreter (`TRITON_INTERPRET=1`, read when triton is first
 imported, so in a fresh process) runs the fused linear cross-entropy on CPU tensors, not the norm kernels: the loss is
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
-from turner_tfm.liger_turner import apply_liger_kernel_to_turner
+from turner_tfm.liger import apply_liger_kernel_to_turner
 
 from .tiny import random_ids, text_config
 
@@ -120,17 +121,15 @@ def test_patching_without_a_model_is_refused_by_name():
 
 # ---- the loss itself, under triton's interpreter; installed and as remote code -------------------------------------
 
-# In a fresh interpreter with TRITON_INTERPRET=1: loads the folder (argv[1]) installed or as remote code (argv[2]),
+# In a fresh interpreter with TRITON_INTERPRET=1, turner_tfm imported: loads the folder (argv[1]) installed or as remote
+# code (argv[2]),
 # patches one copy with the fused loss only (Liger's norm kernels do not run in the interpreter), and writes what
 # differs from the unpatched copy: loss and gradients (labels of -100 included, mean and the Trainer's sum over
 # `num_items_in_batch`), evaluation, and (installed) two Trainer steps with use_liger_kernel=True.
 INTERPRETED = textwrap.dedent(
     """
     import json, sys
-    if sys.argv[2] == "remote":
-        sys.modules["turner_tfm"] = None
-    else:
-        import turner_tfm  # noqa: F401
+    import turner_tfm  # noqa: F401  (registers Turner with Liger)
     import torch, transformers
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
     from transformers.integrations.liger import apply_liger_kernel
@@ -206,10 +205,7 @@ def test_the_fused_loss_and_its_gradients_equal_the_unpatched_models_under_trito
     environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"}
     environment |= {"TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "triton"), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-c", INTERPRETED, str(saved_causal_lm), loaded, str(tmp_path / "out")]
-    if loaded == "remote":
-        command.insert(1, "-I")  # no PYTHONPATH: turner_tfm cannot be imported
-    else:
-        environment["PYTHONPATH"] = os.pathsep.join(sys.path)
+    environment["PYTHONPATH"] = os.pathsep.join(sys.path)
     result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -258,7 +254,7 @@ IMPORT_COST = textwrap.dedent(
     import sys, turner_tfm
     assert not [name for name in sys.modules if name.startswith("liger_kernel")], "importing Turner imported Liger"
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-    from turner_tfm.liger_turner import apply_liger_kernel_to_turner
+    from turner_tfm.liger import apply_liger_kernel_to_turner
     assert MODEL_TYPE_TO_APPLY_LIGER_FN["turner"] is apply_liger_kernel_to_turner
     print("registered")
     """

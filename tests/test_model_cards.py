@@ -15,15 +15,18 @@ from turner_tfm.cards import TASKS, render_model_card, retarget_model_card, temp
 REPO = Path(__file__).resolve().parents[1]
 
 
+SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+
 def config_for(task: str) -> TurnerConfig:
-    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    sizes = SIZES
     if task == "image-classification":
         return TurnerConfig(image_size=8, patch_size=2, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
     if task == "text-classification":
         return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "code", 1: "prose"}, **sizes)
     if task == "token-classification":
         return TurnerConfig(vocab_size=50, is_causal=False, id2label={0: "cat", 1: "dog"}, **sizes)
-    if task in ("fill-mask", "question-answering"):
+    if task in ("fill-mask", "question-answering", "multiple-choice"):
         return TurnerConfig(vocab_size=50, is_causal=False, **sizes)
     return TurnerConfig(vocab_size=50, **sizes)
 
@@ -71,6 +74,7 @@ HEAD_TASKS = {
     "TurnerForMaskedLM": "fill-mask",
     "TurnerForTokenClassification": "token-classification",
     "TurnerForQuestionAnswering": "question-answering",
+    "TurnerForMultipleChoice": "multiple-choice",
 }
 
 
@@ -174,3 +178,36 @@ def test_the_wheel_ships_the_templates_and_a_plain_install_writes_cards(installe
     )
     result = installed_wheel.run([sys.executable, "-c", script], cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "text-generation", result.stderr[-3000:]
+
+
+def test_the_multiple_choice_cards_snippet_picks_the_choice_the_model_scores_highest(tmp_path, monkeypatch, capsys):
+    """The card's usage code, run as a user runs it on a saved folder: the choice it prints is the model's argmax."""
+    import torch
+
+    from turner_tfm import TurnerForMultipleChoice
+
+    from .convert_helpers import word_tokenizer
+
+    tokenizer = word_tokenizer({"pad_token": "[PAD]", "unk_token": "[UNK]"})
+    torch.manual_seed(0)
+    model = TurnerForMultipleChoice(TurnerConfig(vocab_size=len(tokenizer), is_causal=False, pad_token_id=0, **SIZES))
+    model.save_pretrained(tmp_path / "chooser")
+    tokenizer.save_pretrained(tmp_path / "chooser")
+    question, choices = "the cat", ["sat on the mat", "the dog", "a cat sat"]
+    card = render_model_card(
+        model.config,
+        task="multiple-choice",
+        model_id="chooser",
+        dataset_name="words",
+        example_input=question,
+        example_context=" | ".join(choices),
+    )
+    snippet = re.search(r"```python\n(.*?)```", card.text, re.DOTALL).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "card-snippet", "exec"), {})
+    inputs = tokenizer([question] * 3, choices, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model.eval()(**{name: value.unsqueeze(0) for name, value in inputs.items()}).logits
+    assert (
+        capsys.readouterr().out.strip().splitlines()[-1] == choices[int(logits.argmax())]
+    )  # (DeepSpeed may log first)

@@ -12,6 +12,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForImageClassification,
     AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -24,6 +25,7 @@ from turner_tfm import (
     TurnerForCausalLM,
     TurnerForImageClassification,
     TurnerForMaskedLM,
+    TurnerForMultipleChoice,
     TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
     TurnerForTokenClassification,
@@ -43,6 +45,11 @@ def text_inputs(batch: int = 3, length: int = 9) -> dict:
     attention_mask[1, -2:] = 0  # right padding
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def choice_inputs(batch: int = 2, choices: int = 3, length: int = 9) -> dict:
+    """`batch` rows of `choices` sequences each, padded on both sides as `text_inputs`."""
+    return {name: value.view(batch, choices, length) for name, value in text_inputs(batch * choices, length).items()}
 
 
 def image_inputs(batch: int = 2) -> dict:
@@ -67,6 +74,11 @@ CASES = {
         text_inputs,
     ),
     "question_answering": (TurnerForQuestionAnswering, lambda **kw: text_config(**kw), text_inputs),
+    "multiple_choice": (
+        TurnerForMultipleChoice,
+        lambda **kw: text_config(**{"is_causal": False, "use_pooler": True, **kw}),
+        choice_inputs,
+    ),
 }
 
 
@@ -83,6 +95,7 @@ def training_targets(case: str, inputs: dict) -> dict[str, torch.Tensor]:
         },
         "sequence_classification": lambda: {"labels": torch.tensor([0, 2, 1])},
         "image_classification": lambda: {"labels": torch.tensor([0, 2])},
+        "multiple_choice": lambda: {"labels": torch.tensor([2, 0])},
     }[case]()
 
 
@@ -129,7 +142,7 @@ def test_hidden_states_and_attentions_one_per_layer(case):
         outputs = model(**inputs, output_hidden_states=True, output_attentions=True)
     assert len(outputs.hidden_states) == 3 + 1  # the embeddings, then each block's output
     assert len(outputs.attentions) == 3
-    sequence = inputs["input_ids"].shape[1] if "input_ids" in inputs else 17
+    sequence = inputs["input_ids"].shape[-1] if "input_ids" in inputs else 17
     for attention in outputs.attentions:
         assert attention.shape[-2:] == (sequence, sequence)
     for hidden in outputs.hidden_states:
@@ -183,6 +196,7 @@ def test_save_and_load_round_trip_is_exact(case, tmp_path):
         (AutoModelForMaskedLM, "masked_lm"),
         (AutoModelForTokenClassification, "token_classification"),
         (AutoModelForQuestionAnswering, "question_answering"),
+        (AutoModelForMultipleChoice, "multiple_choice"),
     ],
 )
 def test_auto_classes_load_the_turner_class(auto_class, case, tmp_path):
@@ -287,7 +301,8 @@ def test_training_step_updates_every_parameter(case):
         loss = model(**inputs, **training_targets(case, inputs)).loss
     loss.backward()
     without_grad = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
-    assert without_grad == []
+    # the one-output scorer's bias adds the same to every choice: the softmax over choices cancels it (BERT's too)
+    assert without_grad == (["classifier.bias"] if case == "multiple_choice" else [])
 
 
 def test_causal_lm_loss_shifts_labels_and_ignores_minus_100():

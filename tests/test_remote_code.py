@@ -14,17 +14,19 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
+import turner_tfm
 from turner_tfm import (
     TurnerConfig,
     TurnerForCausalLM,
     TurnerForImageClassification,
     TurnerForMaskedLM,
+    TurnerForMultipleChoice,
     TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
     TurnerForTokenClassification,
     TurnerModel,
 )
-from turner_tfm.hub_turner import auto_classes
+from turner_tfm.hub_turner import AUTO_CLASSES, auto_classes
 
 from .convert_helpers import word_tokenizer
 from .isolated import run_isolated
@@ -43,10 +45,28 @@ SAVED_CLASSES = {
     "text-TurnerForMaskedLM": (TurnerForMaskedLM, text_config(is_causal=False, type_vocab_size=2)),
     "text-TurnerForTokenClassification": (TurnerForTokenClassification, text_config(is_causal=False, num_labels=5)),
     "text-TurnerForQuestionAnswering": (TurnerForQuestionAnswering, text_config()),
+    "text-TurnerForMultipleChoice": (TurnerForMultipleChoice, text_config(is_causal=False, use_pooler=True)),
     "image-TurnerModel": (TurnerModel, image_config()),
     "image-TurnerForImageClassification": (TurnerForImageClassification, image_config()),
 }
-PAIRS = [(saved, auto_name) for saved, (_, config) in SAVED_CLASSES.items() for auto_name in auto_classes(config)]
+AUTO_NAMES = {name: auto for classes in AUTO_CLASSES.values() for auto, name in classes.items()}
+# A classifier's `classifier` (num_labels outputs) and the multiple-choice head's (one) share a name, as BERT's do:
+# loading one's folder as the other is refused as a size mismatch, as BERT's is (test_a_classifiers_folder_loaded_...)
+CLASSIFIERS = {"AutoModelForSequenceClassification", "AutoModelForTokenClassification"}
+CHOICE = "AutoModelForMultipleChoice"
+
+
+def shares_classifier(saved: str, auto_name: str) -> bool:
+    saved_auto = next(auto for auto, name in auto_classes(SAVED_CLASSES[saved][1]).items() if saved.endswith(name))
+    return {saved_auto, auto_name} & CLASSIFIERS and CHOICE in {saved_auto, auto_name}
+
+
+PAIRS = [
+    (saved, auto_name)
+    for saved, (_, config) in SAVED_CLASSES.items()
+    for auto_name in auto_classes(config)
+    if not shares_classifier(saved, auto_name)
+]
 # Runs in a fresh interpreter, outside the repository, where `import turner_tfm` fails. For each job (folder, Auto
 # class, inputs file, outputs file) it loads the folder as remote code, seeded (a head the folder lacks gets the same
 # fresh weights as under the same seed here), and saves its main output and the last block's hidden states.
@@ -79,10 +99,12 @@ def load_without_the_package(jobs: list[list[str]], cwd: Path) -> list[list[torc
     return [torch.load(job[3]) for job in jobs]
 
 
-def pair_inputs(config: TurnerConfig) -> dict[str, torch.Tensor]:
+def pair_inputs(config: TurnerConfig, auto_name: str = "AutoModel") -> dict[str, torch.Tensor]:
+    """The same tokens (or images) for every class; a multiple-choice head reads each row as one choice."""
     if config.is_image_model:
         return {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))}
-    return {"input_ids": random_ids(2, 6)}
+    ids = random_ids(2, 6)
+    return {"input_ids": ids.unsqueeze(1) if auto_name == "AutoModelForMultipleChoice" else ids}
 
 
 def main_and_last_hidden(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -107,14 +129,20 @@ def pair_runs(tmp_path_factory) -> PairRuns:
         torch.manual_seed(0)
         model = model_class(config)
         model.save_pretrained(root / saved)
-        torch.save(pair_inputs(config), root / f"{saved}.inputs.pt")
-        saved_outputs[saved] = main_and_last_hidden(model, pair_inputs(config))
+        saved_outputs[saved] = main_and_last_hidden(model, pair_inputs(config, AUTO_NAMES[model_class.__name__]))
     for saved, auto_name in PAIRS:
         torch.manual_seed(0)
         model = getattr(transformers, auto_name).from_pretrained(root / saved)
-        local[saved, auto_name] = main_and_last_hidden(model, pair_inputs(SAVED_CLASSES[saved][1]))
+        inputs = pair_inputs(SAVED_CLASSES[saved][1], auto_name)
+        local[saved, auto_name] = main_and_last_hidden(model, inputs)
+        torch.save(inputs, root / f"{saved}.{auto_name}.inputs.pt")
         jobs.append(
-            [str(root / saved), auto_name, str(root / f"{saved}.inputs.pt"), str(root / f"{saved}.{auto_name}.pt")]
+            [
+                str(root / saved),
+                auto_name,
+                str(root / f"{saved}.{auto_name}.inputs.pt"),
+                str(root / f"{saved}.{auto_name}.pt"),
+            ]
         )
     remote = dict(zip(PAIRS, load_without_the_package(jobs, root), strict=True))
     return PairRuns(root, saved_outputs, local, remote)
@@ -190,5 +218,25 @@ def test_the_saved_code_asks_a_user_for_no_package_beyond_turners_own_requiremen
     TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
     requirements = {"torch", "transformers", "huggingface_hub", "safetensors"}
     asked = {path.name: set(get_imports(path)) - set(sys.stdlib_module_names) for path in tmp_path.glob("*.py")}
-    assert "liger_turner.py" in asked, sorted(asked)
+    assert "modeling_turner.py" in asked and "liger.py" not in asked, sorted(asked)  # Liger's patch: installed only
     assert {name: packages for name, packages in asked.items() if packages - requirements} == {}
+
+
+@pytest.mark.parametrize(
+    ("saved", "loaded"), [("SequenceClassification", "MultipleChoice"), ("MultipleChoice", "TokenClassification")]
+)
+def test_a_classifiers_folder_loaded_for_multiple_choice_is_refused_by_its_shape_as_berts_is(saved, loaded, tmp_path):
+    """Both families name the head `classifier`: the other head takes the folder only with
+    `ignore_mismatched_sizes=True`, which gives it a fresh classifier of its own shape."""
+    shapes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_labels=3)
+    models = {
+        "turner": getattr(turner_tfm, f"TurnerFor{saved}")(text_config(is_causal=False, use_pooler=True, num_labels=3)),
+        "bert": getattr(transformers, f"BertFor{saved}")(transformers.BertConfig(vocab_size=99, **shapes)),
+    }
+    auto_class = getattr(transformers, f"AutoModelFor{loaded}")
+    for name, model in models.items():
+        model.save_pretrained(tmp_path / name)
+        with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+            auto_class.from_pretrained(tmp_path / name)
+        other = auto_class.from_pretrained(tmp_path / name, ignore_mismatched_sizes=True)
+        assert other.classifier.weight.shape == (1 if loaded == "MultipleChoice" else 3, 32)

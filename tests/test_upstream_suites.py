@@ -30,6 +30,7 @@ import torch
 from transformers import (
     BertConfig,
     BertForMaskedLM,
+    BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -51,6 +52,7 @@ from turner_tfm import (
     TurnerForCausalLM,
     TurnerForImageClassification,
     TurnerForMaskedLM,
+    TurnerForMultipleChoice,
     TurnerForQuestionAnswering,
     TurnerForSequenceClassification,
     TurnerForTokenClassification,
@@ -74,6 +76,7 @@ TURNER_TASKS = {
     "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "TurnerForSequenceClassification",
     "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "TurnerForTokenClassification",
     "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES": "TurnerForQuestionAnswering",
+    "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES": "TurnerForMultipleChoice",
     "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES": "TurnerForImageClassification",
 }
 
@@ -146,7 +149,7 @@ def turner_config(**switches) -> TurnerConfig:
 class SideBySideTester:
     """A model tester, as an in-library model's test file has one: the config and the inputs every mixin test takes."""
 
-    batch_size, seq_length, is_training = 13, 7, True
+    batch_size, seq_length, is_training, num_choices = 13, 7, True, 4
     image_size, patch_size, num_channels = 16, 4, 3
     hidden_size, num_hidden_layers, num_attention_heads = SHAPES["hidden_size"], 2, 4
 
@@ -232,9 +235,9 @@ GPT2_CLASSES += (GPT2ForQuestionAnswering,)
 TURNER_CAUSAL = (TurnerModel, TurnerForCausalLM, TurnerForSequenceClassification, TurnerForTokenClassification)
 TURNER_CAUSAL += (TurnerForQuestionAnswering,)
 BERT_CLASSES = (BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
-BERT_CLASSES += (BertForQuestionAnswering,)
+BERT_CLASSES += (BertForQuestionAnswering, BertForMultipleChoice)
 TURNER_BIDIRECTIONAL = (TurnerModel, TurnerForMaskedLM, TurnerForSequenceClassification, TurnerForTokenClassification)
-TURNER_BIDIRECTIONAL += (TurnerForQuestionAnswering,)
+TURNER_BIDIRECTIONAL += (TurnerForQuestionAnswering, TurnerForMultipleChoice)
 
 # the anchors
 GPT2Test = side_by_side(

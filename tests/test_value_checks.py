@@ -83,7 +83,7 @@ def test_generate_reads_its_prompt_once_and_never_the_tokens_it_chose(reads, new
 def test_every_decoding_step_after_the_prompt_skips_the_checks(monkeypatch, num_beams):
     """The forward passes generate() makes, seen from inside: the prompt's is checked, every later one is not."""
     model, checked, forwards = causal_lm(), [], []
-    monkeypatch.setattr(modeling, "check_text_call", lambda *args, **kwargs: checked.append(True))
+    monkeypatch.setattr(checks, "check_call", lambda *args, **kwargs: checked.append(True))
     model.register_forward_pre_hook(lambda module, args: forwards.append(True))
     model.generate(random_ids(1, 5), max_new_tokens=6, min_new_tokens=6, num_beams=num_beams, do_sample=False)
     assert (len(forwards), len(checked)) == (6, 1)

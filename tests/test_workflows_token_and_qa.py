@@ -156,7 +156,7 @@ def test_a_usage_error_inside_a_run_ends_in_one_line(monkeypatch) -> None:
 
 def test_the_page_lists_every_auto_class_a_saved_folder_names() -> None:
     page = " ".join(WORKFLOWS_PAGE.read_text().split())
-    for modality, classes in (("text", AUTO_CLASSES[False]), ("images", AUTO_CLASSES[True])):
+    for modality, classes in (("text", AUTO_CLASSES["text"]), ("images", AUTO_CLASSES["image"])):
         listed = re.search(rf"{modality}: ((?:`\w+`(?:,| and| or)? ?)+)", page)
         assert listed, modality
         assert set(re.findall(r"`(\w+)`", listed.group(1))) == set(classes), (modality, listed.group(1))

@@ -46,6 +46,7 @@ TASKS = (
     "fill-mask",
     "token-classification",
     "question-answering",
+    "multiple-choice",
 )
 CARD_NAME = "README.md"
 PAPER = "Richard E. Turner, *An Introduction to Transformers* (2023), arXiv:2304.10557"
@@ -108,8 +109,8 @@ def render_model_card(
     `model_id` is what the usage snippet loads (a local folder or a Hub repo id), `dataset_name` a readable name of
     the training data and `dataset_id` its Hub id (default: `dataset_name`), `results` the measured metrics keyed
     as in `METRICS`, `training` the run's settings shown as a table, `base_model` the checkpoint it was fine-tuned
-    from, and `example_input` the text the snippet feeds the model (for question answering, the question; its
-    context is `example_context`).
+    from, and `example_input` the text the snippet feeds the model (for question answering, the question, its
+    context `example_context`; for multiple choice, the question, its choices `example_context`, joined by " | ").
     """
     results = dict(results or {})
     unknown = sorted(set(results) - set(METRICS))

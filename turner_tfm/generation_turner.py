@@ -3,19 +3,16 @@ appending KV cache and the `generate()` hooks. `modeling_turner.py` imports it; 
 """
 
 import copy
-from contextvars import ContextVar
+import functools
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation import (
-    EosTokenCriteria,
     GenerationConfig,
     GenerationMixin,
     GenerationMode,
     MaxLengthCriteria,
     MaxTimeCriteria,
-    StoppingCriteriaList,
-    StopStringCriteria,
 )
 from transformers.modeling_outputs import ModelOutput
 from transformers.utils import logging
@@ -26,7 +23,9 @@ from .checks_turner import (
     check_generate_inputs,
     check_generated_pad,
     check_generation_length,
-    reading_at_once,
+    current_generate,
+    generate_call,
+    inputs_checked_from_now,
 )
 from .compat_turner import CACHE_NAME
 from .configuration_turner import TurnerConfig
@@ -173,39 +172,25 @@ def forward_cache(config: TurnerConfig, cache: Cache | None, use_cache: bool | N
     return cache
 
 
-# Decoding that feeds the model only tokens it chose from its own logits (and the pad id, checked up front): from the
-# second step on, the forward pass reads nothing back (`generated_step`). Assisted decoding feeds another model's
-# candidates, and is checked at every step.
+# Decoding that feeds the model only tokens it chose from its own logits (and the pad id, checked up front): past the
+# prompt, its forward passes are not checked. Assisted decoding feeds another model's candidates, and a decoding method
+# from the Hub (`custom_generate`) may feed anything: each of their forward passes is checked.
 OWN_TOKENS = frozenset(
     {GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE, GenerationMode.BEAM_SEARCH, GenerationMode.BEAM_SAMPLE}
 )
 
 
-class _Decoding:
-    """What a running generate() knows of the forward pass it makes next."""
+class _Generate:
+    """What a Turner generate() call knows of itself: from its arguments, then from transformers' settings."""
 
-    __slots__ = ("own_tokens", "padded_rows", "prompt_length", "stepping")
+    __slots__ = ("assistant", "criteria", "custom", "own_tokens", "prompt_length")
 
-    def __init__(self):
-        self.prompt_length = 0
-        self.own_tokens = False  # the decoding feeds only the model's own tokens (`OWN_TOKENS`)
-        self.padded_rows = 0  # rows of a decoding that pads the rows that have ended (greedy, sampling), else 0
-        self.stepping = False  # past the prompt: the next forward pass is fed the tokens of the last step
-
-
-# Set by TurnerGenerationMixin.generate() for the length of the call: a context variable, not a flag on the model, so
-# that other threads and calls outside generate() are unaffected (and nothing of it reaches forward()'s arguments,
-# which transformers' exporters record from a generate() call)
-_DECODING: ContextVar[_Decoding | None] = ContextVar("turner_decoding", default=None)
-
-
-def generated_step() -> bool:
-    """Whether the forward pass about to run is a decoding step of generate() fed only the model's own tokens: its
-    inputs need no check. Never while tracing (dynamo cannot read a context variable; no value is read there)."""
-    if is_torchdynamo_compiling():
-        return False
-    decoding = _DECODING.get()
-    return decoding is not None and decoding.stepping
+    def __init__(self, prompt: object, kwargs: dict):
+        self.prompt_length = prompt.shape[-1] if isinstance(prompt, torch.Tensor) else 0  # generate()'s own count
+        self.assistant = kwargs.get("assistant_model")
+        self.custom = kwargs.get("custom_generate") is not None
+        self.criteria = list(kwargs.get("stopping_criteria") or [])  # the caller's own
+        self.own_tokens = False  # the decoding feeds the model only its own tokens (`OWN_TOKENS`)
 
 
 class TurnerGenerationMixin(GenerationMixin):
@@ -214,28 +199,19 @@ class TurnerGenerationMixin(GenerationMixin):
     the model chose are not checked again. Nothing else changes, and the model's parameters are never touched."""
 
     def generate(self, *args, **kwargs):
-        """`GenerationMixin.generate`, the prompt's forward pass checked as any other, the steps after it not when
-        they feed the model its own tokens (`generated_step`). The prompt and its mask are checked first
-        (`check_generate_inputs`): generate() derives positions from the mask before the model sees either. On XLA
-        the checked forward passes read their values at once (`reading_at_once`: generate() never syncs), so a bad
-        prompt raises the CPU's error here: one host read a call, not a step, with greedy or sampled decoding."""
-        check_generate_inputs(
-            args[0] if args else kwargs.get("inputs", kwargs.get("input_ids")), kwargs.get("attention_mask")
-        )
-        token = _DECODING.set(_Decoding())
-        try:
-            with reading_at_once():
-                return super().generate(*args, **kwargs)
-        finally:
-            _DECODING.reset(token)
-
-    def _validate_generated_length(
-        self, generation_config: GenerationConfig, input_ids_length: int, *args, **kwargs
-    ) -> None:
-        super()._validate_generated_length(generation_config, input_ids_length, *args, **kwargs)
-        check_generation_length(self.config, input_ids_length, generation_config.max_length)
-        if (decoding := _DECODING.get()) is not None:
-            decoding.prompt_length = input_ids_length
+        """`GenerationMixin.generate`, the prompt and its mask checked first (generate() derives positions from the
+        mask before the model sees either). A bidirectional model decodes without a cache: every new token changes
+        the keys and values of the earlier ones."""
+        prompt = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        check_generate_inputs(prompt, kwargs.get("attention_mask"))
+        if not self.config.is_causal:
+            logger.warning_once(
+                f"{type(self).__name__} is bidirectional (is_causal=False): generate() runs without a cache, since "
+                "every new token changes the keys and values of the earlier ones."
+            )
+            kwargs["use_cache"] = False
+        with generate_call(_Generate(prompt, kwargs)):
+            return super().generate(*args, **kwargs)
 
     def _prepare_cache_for_generation(
         self,
@@ -246,64 +222,51 @@ class TurnerGenerationMixin(GenerationMixin):
         *args,
         **kwargs,
     ) -> None:
-        """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (the default
-        and `cache_implementation="offloaded"`); a cache the caller passes is used as given. Also notes whether the
-        decoding feeds the model only its own tokens (`OWN_TOKENS`)."""
-        if not self.config.is_causal:
-            logger.warning_once(
-                f"{type(self).__name__} is bidirectional (is_causal=False): generate() runs without a cache, since "
-                "every new token changes the keys and values of the earlier ones."
-            )
-            generation_config.use_cache = False
+        """generate()'s own cache, with `TurnerDynamicLayer`s where it would have made `DynamicLayer`s (a cache the
+        caller passes is used as given). First, with the settings resolved, what must be refused before any step: a
+        prompt that would outgrow learned positions, and a pad id outside the vocabulary that greedy or sampled
+        decoding would feed the model after a row ends early."""
+        state = current_generate()
+        if state is not None:
+            check_generation_length(self.config, state.prompt_length, generation_config.max_length)
+            state.own_tokens = generation_mode in OWN_TOKENS and not state.custom
+            rows = batch_size * generation_config.num_return_sequences
+            padded = generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) and rows > 1
+            if padded and generation_config.max_length - state.prompt_length > 1:  # a token is fed after the first
+                row_end = functools.partial(_what_ends_a_row_early, generation_config, state, self.config)
+                check_generated_pad(self.config, _pad_token_id(generation_config), row_end)
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, batch_size, *args, **kwargs
         )
         cache = model_kwargs.get(CACHE_NAME)
         if isinstance(cache, DynamicCache) and not getattr(cache, "_is_user_defined", False):
             appending_cache(cache)
-        if (decoding := _DECODING.get()) is not None:
-            decoding.own_tokens = generation_mode in OWN_TOKENS
-            steps_after_a_token = generation_config.max_length - decoding.prompt_length - 1
-            if generation_mode in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE) and steps_after_a_token > 0:
-                decoding.padded_rows = batch_size * generation_config.num_return_sequences
 
-    def _get_stopping_criteria(self, generation_config: GenerationConfig, *args, **kwargs) -> StoppingCriteriaList:
-        """generate()'s stopping criteria; with them known, a pad id that a row ending early would feed the model is
-        checked (`check_generated_pad`) before the first step."""
-        criteria = super()._get_stopping_criteria(generation_config, *args, **kwargs)
-        if (decoding := _DECODING.get()) is not None and decoding.padded_rows > 1:
-            check_generated_pad(
-                self.config, _pad_token_id(generation_config), lambda: _what_ends_a_row_early(criteria, self.config)
-            )
-        return criteria
-
-    def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict, *args, **kwargs) -> dict:
-        """After each step: the next forward pass is fed that step's tokens."""
-        if (decoding := _DECODING.get()) is not None:
-            decoding.stepping = decoding.own_tokens
-        return super()._update_model_kwargs_for_generation(outputs, model_kwargs, *args, **kwargs)
+    def _prefill(self, *args, **kwargs) -> ModelOutput:
+        """The prompt's forward passes, checked as any other; the decoding steps after them, fed the model's own
+        tokens (`OWN_TOKENS`), are not."""
+        outputs = super()._prefill(*args, **kwargs)
+        if (state := current_generate()) is not None and state.own_tokens:
+            inputs_checked_from_now()
+        return outputs
 
 
-def _what_ends_a_row_early(criteria: StoppingCriteriaList, config: TurnerConfig) -> str | None:
+def _what_ends_a_row_early(generation_config: GenerationConfig, state: _Generate, config: TurnerConfig) -> str | None:
     """What can end one row of a batch before the others, so that greedy or sampled decoding feeds the pad id after
-    it: an end-of-sequence id the model can generate (one in the vocabulary), a stop string, or a criterion of the
+    it: a stop string, an end-of-sequence id the model can generate (one in the vocabulary), or a criterion of the
     caller's (it may stop any row). None where nothing can: `max_length` and `max_time` stop every row at once, and
     without an end-of-sequence criterion the decoding pads no row at all (as `GenerationMixin._sample` decides)."""
-    if not any(hasattr(criterion, "eos_token_id") for criterion in criteria):
+    eos = generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if not eos and not any(hasattr(criterion, "eos_token_id") for criterion in state.criteria):
         return None
-    for criterion in criteria:
-        if type(criterion) in (MaxLengthCriteria, MaxTimeCriteria):
-            continue
-        if type(criterion) is EosTokenCriteria:
-            generable = [
-                token for token in criterion.eos_token_id.reshape(-1).tolist() if 0 <= token < config.vocab_size
-            ]
-            if generable:
-                return f"the end-of-sequence id {generable[0]} can be generated"
-            continue
-        if type(criterion) is StopStringCriteria:
-            return "at a stop string"
-        return f"{type(criterion).__name__} may end one"
+    if generation_config.stop_strings:
+        return "at a stop string"
+    if generable := [token for token in eos if 0 <= token < config.vocab_size]:
+        return f"the end-of-sequence id {generable[0]} can be generated"
+    for criterion in state.criteria:
+        if type(criterion) not in (MaxLengthCriteria, MaxTimeCriteria):
+            return f"{type(criterion).__name__} may end one"
     return None
 
 

@@ -14,15 +14,16 @@ from transformers.dynamic_module_utils import custom_object_save
 # The class each Auto class loads from a checkpoint, per modality (`config.is_image_model`). `turner_tfm` registers
 # them all, and every saved folder names its modality's in `auto_map`, whichever class was saved.
 AUTO_CLASSES = {
-    False: {
+    "text": {
         "AutoModel": "TurnerModel",
         "AutoModelForCausalLM": "TurnerForCausalLM",
         "AutoModelForSequenceClassification": "TurnerForSequenceClassification",
         "AutoModelForMaskedLM": "TurnerForMaskedLM",
         "AutoModelForTokenClassification": "TurnerForTokenClassification",
         "AutoModelForQuestionAnswering": "TurnerForQuestionAnswering",
+        "AutoModelForMultipleChoice": "TurnerForMultipleChoice",
     },
-    True: {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
+    "image": {"AutoModel": "TurnerModel", "AutoModelForImageClassification": "TurnerForImageClassification"},
 }
 # Heads that need full attention: under the causal mask of §4.1 a masked token could not see its right-hand side
 BIDIRECTIONAL_HEADS = {"AutoModelForMaskedLM"}
@@ -31,7 +32,7 @@ BIDIRECTIONAL_HEADS = {"AutoModelForMaskedLM"}
 def auto_classes(config: PreTrainedConfig) -> dict[str, str]:
     """The Auto classes a folder of `config` loads as (its `auto_map`): its modality's, less a head its mask cannot
     serve (a causal model is no masked LM)."""
-    classes = AUTO_CLASSES[config.is_image_model]
+    classes = AUTO_CLASSES["image" if config.is_image_model else "text"]
     return {auto: name for auto, name in classes.items() if not (config.is_causal and auto in BIDIRECTIONAL_HEADS)}
 
 

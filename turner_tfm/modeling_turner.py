@@ -18,42 +18,54 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
     ImageClassifierOutput,
     MaskedLMOutput,
+    MultipleChoiceModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutputWithPast,
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.import_utils import is_torchdynamo_compiling
 from transformers.utils.output_capturing import capture_outputs
 
 from .checks_turner import (
-    check_answer_span,
+    answer_span,
+    backbone_inputs,
     check_bidirectional,
-    check_cache,
-    check_image_inputs,
     check_modality,
-    check_text_call,
-    classification_label_check,
+    checks_inputs,
+    choice_inputs,
+    choice_labels,
+    class_label_range,
+    image_inputs,
+    image_labels,
     raise_if_out_of_range,
+    sequence_labels,
+    text_inputs,
+    token_class_labels,
+    token_id_labels,
     warn_if_saved_as_masked_lm,
 )
 from .compat_turner import CACHE_NAME, cached_length, named_cache, output_cache, takes_cache, update_cache
 from .configuration_turner import TurnerConfig
-from .generation_turner import TurnerGenerationMixin, forward_cache, generated_step
+from .generation_turner import TurnerGenerationMixin, forward_cache
 from .hub_turner import TurnerHubMixin
-from .liger_turner import register_when_liger_loads
-from .masks_turner import mask_for_blocks
 from .parallel_turner import TurnerParallelMixin
 from .pooling_turner import TurnerPooler, packed_sequence_index, pool_sequences, pooling_mask
-from .positions_turner import resize_patch_positions
 
 
 class TurnerSinusoidalPositionEmbedding(nn.Module):
@@ -224,7 +236,10 @@ class TurnerPatchEmbeddings(nn.Module):
         trained_grid = self.image_size // self.patch_size
         if not isinstance(self.embed_positions, nn.Embedding) or tuple(grid) == (trained_grid, trained_grid):
             return self.embed_positions(position_ids)
-        return resize_patch_positions(self.embed_positions.weight, trained_grid, grid)
+        table = self.embed_positions.weight  # the class token's row, then a row a patch: the patch rows resized
+        patch_table = table[1:].reshape(1, trained_grid, trained_grid, -1).permute(0, 3, 1, 2)
+        resized = nn.functional.interpolate(patch_table.float(), size=tuple(grid), mode="bicubic", align_corners=False)
+        return torch.cat([table[:1], resized.to(table.dtype).permute(0, 2, 3, 1).reshape(-1, table.shape[-1])])
 
 
 def eager_attention_forward(
@@ -396,6 +411,44 @@ class TurnerPreTrainedModel(TurnerHubMixin, TurnerParallelMixin, PreTrainedModel
             init.trunc_normal_(module.cls_token, mean=0.0, std=self.config.initializer_range)
 
 
+def mask_for_blocks(
+    config: TurnerConfig,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+    position_ids: torch.Tensor | None,
+    packed: bool,
+    fresh_cache: bool,
+) -> torch.Tensor | None:
+    """The §4.1 auto-regressive mask when `config.is_causal`, else full attention; both with the padding, made by
+    transformers' mask builders.
+
+    In a packed row (`packed`: positions restart at each sequence, no padding mask) every token attends only within
+    its own sequence. transformers finds the sequences for the causal mask when no cache is passed; here they are found
+    for the full mask, and on the first pass of a fresh cache unless a tracer runs (export passes positions).
+
+    With no padding, no packing and no cache passed in, causal sdpa needs no mask: None, and sdpa's `is_causal`.
+    transformers decides the same outside a tracer, but keeps the mask under torch.compile before torch 2.14
+    (pytorch#176499), twice the attention work; this stands in for that fix.
+    """
+    causal = config.is_causal
+    if causal and attention_mask is None and not packed and fresh_cache and config._attn_implementation == "sdpa":
+        return None
+    ours = not causal or (cache is not None and not is_torchdynamo_compiling())
+    sequences = None
+    if packed and ours and cached_length(cache) == 0:
+        sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
+    make_mask = create_causal_mask if causal else create_bidirectional_mask
+    return make_mask(
+        config=config,
+        inputs_embeds=hidden_states,
+        attention_mask=attention_mask,
+        **named_cache(cache),
+        and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
+        **({"position_ids": position_ids if packed else None} if causal else {}),  # transformers' detection
+    )
+
+
 class TurnerModel(TurnerPreTrainedModel):
     """The backbone: X^(0) from tokens or patches, M transformer blocks, then a final norm (pre-norm only). Returns
     X^(M) as `last_hidden_state`, shape `(batch, N, D)`: the input's shape (§1.2)."""
@@ -418,56 +471,48 @@ class TurnerModel(TurnerPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
-        """The token embedding table, or for images the patch embedding W (§4.2, as ViT returns its own), whose
-        output adapters and gradient checkpointing make require grad."""
+        """The token embedding table, or for images the patch embedding W (§4.2, as ViT returns its own)."""
         return getattr(self.embeddings, self.embeddings.input_embedding_name)
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         setattr(self.embeddings, self.embeddings.input_embedding_name, value)
 
     @takes_cache
+    @checks_inputs(backbone_inputs)
     @merge_with_config_defaults
     @capture_outputs
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
-        pixel_values: torch.Tensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
         interpolate_pos_encoding: bool = False,
         use_cache: bool | None = None,
-        checked_by_caller: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         r"""
-        pixel_values (`torch.Tensor` of shape `(batch, num_channels, height, width)`, *optional*):
+        cache (`Cache`, *optional*):
+            Keys and values of the tokens before these (§4.1's incremental property); `past_key_values` before
+            transformers 5.24.
+        pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`, *optional*):
             Images, for an image model (`config.image_size` set) in place of `input_ids`.
-        interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
-            Resize learned patch positions to accept images of another size than `config.image_size`.
-        checked_by_caller (`bool`, *optional*, defaults to `False`):
-            The caller (a Turner head) checked these inputs already: the backbone checks nothing (`checks_turner`).
         """
         packed = position_ids is not None and attention_mask is None  # a packed row: positions restart per sequence
         if self.config.is_image_model:
-            if not checked_by_caller:
-                check_image_inputs(self.config, pixel_values, input_ids, inputs_embeds, interpolate_pos_encoding)
             hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding)
             cache, use_cache, fresh_cache = None, False, True
         else:
             fresh_cache = cache is None
             cache = forward_cache(self.config, cache, use_cache)
-            if not checked_by_caller:
-                check_text_call(
-                    self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
-                    kwargs.get("cache_position"), cached_length(cache),
-                )  # fmt: skip
             hidden_states, position_ids = self._embed_text(
                 input_ids, inputs_embeds, position_ids, token_type_ids, cache
             )
-        kwargs.pop("cache_position", None)  # checked above: the model derives the slots itself
+        kwargs.pop("cache_position", None)  # checked: the model derives the slots itself
         mask = mask_for_blocks(self.config, hidden_states, attention_mask, cache, position_ids, packed, fresh_cache)
         rotations = self._rotations(hidden_states, position_ids)
 
@@ -526,14 +571,16 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         self.post_init()
 
     @takes_cache
+    @checks_inputs(text_inputs, token_id_labels)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -541,25 +588,18 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            Next-token targets, aligned with `input_ids` (the shift happens inside); `-100` is ignored.
-        logits_to_keep (`int` or `torch.Tensor`, *optional*):
-            Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
+        cache (`Cache`, *optional*):
+            Keys and values of the tokens before these (§4.1's incremental property); `past_key_values` before
+            transformers 5.24.
         """
-        if not generated_step():  # the inputs and the labels, in one read
-            check_text_call(
-                self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
-                kwargs.get("cache_position"), cached_length(check_cache(self.config, cache)), token_labels=labels,
-            )  # fmt: skip
         outputs = self.model(
-            input_ids=input_ids,
+            input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             cache=cache,
             inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             use_cache=use_cache,
-            checked_by_caller=True,
             **kwargs,
         )
         logits, loss = self._logits_and_loss(outputs.last_hidden_state, labels, logits_to_keep, **kwargs)
@@ -574,7 +614,8 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
     def _logits_and_loss(
         self, hidden_states: torch.Tensor, labels: torch.LongTensor | None, logits_to_keep: int | torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The head on the kept positions and, given labels, the loss (Liger's fused version: `liger_turner`)."""
+        """The head on the kept positions and, given labels, the loss (Liger's fused version replaces this method:
+        `turner_tfm.liger`)."""
         kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(hidden_states[:, kept, :])
         if labels is None:
@@ -582,156 +623,101 @@ class TurnerForCausalLM(TurnerGenerationMixin, TurnerPreTrainedModel):
         return logits, self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
 
 
-class _TurnerClassifierMixin:
-    """What the classifiers share: a backbone, pooling (`config.classifier_pooling`; not for tokens), a linear head,
-    the loss."""
-
-    def _build_classifier(self, config: TurnerConfig, image: bool, pooled: bool = True) -> None:
-        check_modality(type(self).__name__, config, image)
-        self.num_labels = config.num_labels
-        self.model = TurnerModel(config, add_pooling_layer=pooled)
-        self.dropout = build_dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def _classify(self, outputs, mask: torch.Tensor | None, sequence_index: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits for each row (pooling the tokens of `mask`), or each sequence of a packed row (`sequence_index`)."""
-        pooling, pooler = self.config.classifier_pooling, self.model.pooler
-        return self.classifier(self.dropout(pool_sequences(outputs, mask, sequence_index, pooling, pooler)))
-
-    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
-        if labels is None:
-            return None
-        return self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
-
-
-class TurnerForSequenceClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
-    """Sequence classification or regression on a pooled representation of X^(M) (§1.2: "global classification
-    of the entire sequence by pooling across the whole representation").
+class TurnerForSequenceClassification(TurnerPreTrainedModel):
+    """Sequence classification or regression on a pooled X^(M) (§1.2: "global classification of the entire sequence
+    by pooling across the whole representation"), pooled as `config.classifier_pooling` says.
 
     A packed row (`DataCollatorWithFlattening`: `input_ids` of shape `(1, total)`, `position_ids` restarting at 0 at
-    each sequence, no attention mask, no padding token) is classified sequence by sequence: logits `(num_sequences,
-    num_labels)`, and `labels` one per sequence, as for a padded batch of the same sequences.
+    each sequence, no attention mask) is classified sequence by sequence: logits and labels one a sequence.
     """
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config, image=False)
+        check_modality(type(self).__name__, config, image=False)
+        self.num_labels = config.num_labels
+        self.model = TurnerModel(config)
+        self.dropout = build_dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @checks_inputs(text_inputs, sequence_labels)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutputWithPast:
         r"""
-        labels (`torch.LongTensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*):
+        labels (`torch.LongTensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*):
             Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label);
-            for a packed row, `batch` is its number of sequences.
+            for a packed row, one a sequence.
         """
         sequence_index = packed_sequence_index(position_ids, attention_mask, input_ids, inputs_embeds)
-        check_text_call(  # a packed row's labels are one a sequence: checked once the sequences are counted, below
-            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
-            sequence_labels=labels if sequence_index is None else None,
-        )  # fmt: skip
-        outputs = encode_checked_text(
-            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
         pooled_tokens = pooling_mask(input_ids, attention_mask, self.config.pad_token_id)
-        logits = self._classify(outputs, pooled_tokens, sequence_index)
-        if labels is not None and sequence_index is not None:  # one label a sequence of the packed row
-            raise_if_out_of_range([classification_label_check(self.config, labels, logits.shape[0])])
+        pooled = pool_sequences(
+            outputs, pooled_tokens, sequence_index, self.config.classifier_pooling, self.model.pooler
+        )
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            if position_ids is not None and attention_mask is None:  # maybe packed: checked once counted
+                raise_if_out_of_range([class_label_range(self.config, labels, logits.shape[0])])
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return SequenceClassifierOutputWithPast(
-            loss=self._classification_loss(logits, labels),
+            loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            **named_cache(output_cache(outputs)),
         )
 
 
-class TurnerForImageClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
+class TurnerForImageClassification(TurnerPreTrainedModel):
     """§4.2: patches and a class token through the body, the softmax head on `x_0^(M)`."""
 
     main_input_name = "pixel_values"
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config, image=True)
+        check_modality(type(self).__name__, config, image=True)
+        self.num_labels = config.num_labels
+        self.model = TurnerModel(config)
+        self.dropout = build_dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @checks_inputs(image_inputs, image_labels)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
-        pixel_values: torch.Tensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         interpolate_pos_encoding: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
-        r"""
-        interpolate_pos_encoding (`bool`, *optional*, defaults to `False`):
-            Resize learned patch positions to accept images of another size than `config.image_size`.
-        labels (`torch.LongTensor` of shape `(batch,)`, *optional*):
-            Class ids (single-label), floats (regression when `num_labels == 1`) or multi-hot floats (multi-label).
-        """
-        check_image_inputs(
-            self.config, pixel_values, kwargs.get("input_ids"), kwargs.get("inputs_embeds"), interpolate_pos_encoding
-        )
+        outputs = self.model(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
+        logits = self.classifier(self.dropout(pool_sequences(outputs, None, None, self.config.classifier_pooling)))
+        loss = None
         if labels is not None:
-            raise_if_out_of_range([classification_label_check(self.config, labels, pixel_values.shape[0])])
-        outputs = self.model(
-            pixel_values=pixel_values,
-            interpolate_pos_encoding=interpolate_pos_encoding,
-            checked_by_caller=True,
-            **kwargs,
-        )
-        logits = self._classify(outputs, None)
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return ImageClassifierOutput(
-            loss=self._classification_loss(logits, labels),
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-
-# The arguments every text head takes, documented once for their forward docstrings
-TEXT_INPUTS_DOC = r"""
-        input_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            Token ids (exactly one of `input_ids` and `inputs_embeds`).
-        attention_mask (`torch.Tensor` of shape `(batch, sequence)`, *optional*):
-            1 for real tokens, 0 for padding.
-        position_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            Positions of the tokens (default 0, 1, ...); restarting at 0 without a mask, a packed row.
-        inputs_embeds (`torch.Tensor` of shape `(batch, sequence, token_embedding_size)`, *optional*):
-            Token vectors in place of `input_ids`.
-        token_type_ids (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            Segment ids, in [0, `config.type_vocab_size`)."""
-
-
-def encode_checked_text(
-    model: TurnerModel,
-    input_ids: torch.LongTensor | None,
-    attention_mask: torch.Tensor | None,
-    position_ids: torch.LongTensor | None,
-    inputs_embeds: torch.Tensor | None,
-    token_type_ids: torch.LongTensor | None,
-    **kwargs: Unpack[TransformersKwargs],
-) -> BaseModelOutputWithPoolingAndCrossAttentions:
-    """X^(M) of a whole text whose inputs the calling head has checked. No cache, whatever `use_cache` a caller passes
-    (TRL's trainers pass it to every head, as BERT's encoder heads take and ignore it)."""
-    return model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        inputs_embeds=inputs_embeds,
-        token_type_ids=token_type_ids,
-        checked_by_caller=True,
-        **(kwargs | {"use_cache": False}),
-    )
 
 
 class TurnerLMTransform(nn.Module):
@@ -749,9 +735,9 @@ class TurnerLMTransform(nn.Module):
 
 
 class TurnerForMaskedLM(TurnerPreTrainedModel):
-    """Masked language modelling (BERT, §4's other uses of the block): the body without the causal mask
-    (`is_causal=False`: every token sees both sides), `transform` on each token of X^(M), then `lm_head`, the output
-    vectors g_w (tied to the input embedding by default) with a bias a token."""
+    """Masked language modelling (BERT): the body without the causal mask (`is_causal=False`: every token sees both
+    sides), `transform` on each token of X^(M), then `lm_head`, the output vectors g_w (tied to the input embedding by
+    default) with a bias a token."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embeddings.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
@@ -765,22 +751,31 @@ class TurnerForMaskedLM(TurnerPreTrainedModel):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
 
+    @checks_inputs(text_inputs, token_id_labels)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        check_text_call(
-            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids, token_labels=labels
-        )
-        outputs = encode_checked_text(
-            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The original token at each masked position (`DataCollatorForLanguageModeling(mlm=True)` masks them),
+            `-100` elsewhere (ignored).
+        """
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
         logits = self.lm_head(self.transform(outputs.last_hidden_state))
         loss = None
@@ -790,42 +785,45 @@ class TurnerForMaskedLM(TurnerPreTrainedModel):
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
-    forward.__doc__ = (
-        TEXT_INPUTS_DOC
-        + """
-        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            The original token at each masked position (`DataCollatorForLanguageModeling(mlm=True)` masks them),
-            `-100` elsewhere (ignored); the loss is their cross-entropy.
-        """
-    )
 
-
-class TurnerForTokenClassification(_TurnerClassifierMixin, TurnerPreTrainedModel):
+class TurnerForTokenClassification(TurnerPreTrainedModel):
     """Token classification (tagging, NER: §1.2's "local classification of each token"): a linear head on each
     token's column of X^(M), after `classifier_dropout`. Causal or not, as the config says."""
 
     def __init__(self, config: TurnerConfig):
         super().__init__(config)
-        self._build_classifier(config, image=False, pooled=False)
+        check_modality(type(self).__name__, config, image=False)
+        self.num_labels = config.num_labels
+        self.model = TurnerModel(config, add_pooling_layer=False)
+        self.dropout = build_dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @checks_inputs(text_inputs, token_class_labels)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
-        check_text_call(
-            self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids,
-            token_class_labels=labels,
-        )  # fmt: skip
-        outputs = encode_checked_text(
-            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            A class id a token, in [0, `config.num_labels`), `-100` where no label counts (padding, a word's later
+            sub-tokens).
+        """
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
@@ -834,15 +832,6 @@ class TurnerForTokenClassification(_TurnerClassifierMixin, TurnerPreTrainedModel
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-    forward.__doc__ = (
-        TEXT_INPUTS_DOC
-        + """
-        labels (`torch.LongTensor` of shape `(batch, sequence)`, *optional*):
-            A class id a token, in [0, `config.num_labels`), `-100` where no label counts (padding, a word's later
-            sub-tokens); the loss is their cross-entropy.
-        """
-    )
 
 
 class TurnerForQuestionAnswering(TurnerPreTrainedModel):
@@ -856,30 +845,32 @@ class TurnerForQuestionAnswering(TurnerPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @checks_inputs(text_inputs, answer_span)
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        check_text_call(self.config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids)
-        check_answer_span(
-            start_positions, end_positions, (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
-        outputs = encode_checked_text(
-            self.model, input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids, **kwargs
-        )
-        start_logits, end_logits = (
-            part.squeeze(-1).contiguous() for part in self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
-        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
+        start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
         loss = None
-        if start_positions is not None:
+        if start_positions is not None and end_positions is not None:
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
         return QuestionAnsweringModelOutput(
             loss=loss,
@@ -889,24 +880,66 @@ class TurnerForQuestionAnswering(TurnerPreTrainedModel):
             attentions=outputs.attentions,
         )
 
-    forward.__doc__ = (
-        TEXT_INPUTS_DOC
-        + """
-        start_positions (`torch.LongTensor` of shape `(batch,)`, *optional*):
-            The token where each row's answer starts (with `end_positions`; the loss is the mean of the two
-            cross-entropies). A position past the input (the answer lies outside this window) is ignored, as BERT's.
-        end_positions (`torch.LongTensor` of shape `(batch,)`, *optional*):
-            The token where each row's answer ends (inclusive).
+
+class TurnerForMultipleChoice(TurnerPreTrainedModel):
+    """Multiple choice (SWAG, as BERT's): each of a row's choices is read as a sequence of its own and pooled to one
+    vector (§1.2's global classification), a linear layer scores it, and the softmax runs over the row's choices."""
+
+    def __init__(self, config: TurnerConfig):
+        super().__init__(config)
+        check_modality(type(self).__name__, config, image=False)
+        self.model = TurnerModel(config)
+        self.dropout = build_dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @checks_inputs(choice_inputs, choice_labels)
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            Each row's choices, each as its own sequence (the question and one answer, say); so are
+            `attention_mask`, `position_ids`, `token_type_ids` and `inputs_embeds` (with the embedding width after).
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The index of each row's right choice, in [0, `num_choices`); `-100` is ignored.
         """
-    )
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids = (
+            None if tensor is None else tensor.flatten(0, 1)
+            for tensor in (input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids)
+        )
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            **kwargs,
+        )
+        pooled_tokens = pooling_mask(input_ids, attention_mask, self.config.pad_token_id)
+        pooled = pool_sequences(outputs, pooled_tokens, None, self.config.classifier_pooling)
+        logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)
+        loss = None if labels is None else nn.functional.cross_entropy(logits, labels.view(-1))
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
-
-register_when_liger_loads()  # `use_liger_kernel=True` finds Turner in Liger's table (liger_turner)
 
 __all__ = [
     "TurnerForCausalLM",
     "TurnerForImageClassification",
     "TurnerForMaskedLM",
+    "TurnerForMultipleChoice",
     "TurnerForQuestionAnswering",
     "TurnerForSequenceClassification",
     "TurnerForTokenClassification",

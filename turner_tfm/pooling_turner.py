@@ -93,7 +93,7 @@ def pool_sequences(
     attention_mask: torch.Tensor | None,
     sequence_index: torch.Tensor | None,
     pooling: str,
-    pooler: nn.Module | None,
+    pooler: nn.Module | None = None,
 ) -> torch.Tensor:
     """What a classifier's head reads: for each row, or each sequence of a packed row (`sequence_index`), the pooled
     final representation (`pooling`), through BERT's `pooler` where the backbone has one."""

@@ -2,9 +2,9 @@
 
 transformers hands the model to Liger, which looks up the model type in its table `MODEL_TYPE_TO_APPLY_LIGER_FN` and
 calls the function found there with the keys of `liger_kernel_config` that the function takes. Turner's entry is
-`apply_liger_kernel_to_turner`, registered when the model is imported (installed or as remote code), but only once
-Liger's table is loaded: importing liger-kernel costs seconds, so a user who does not ask for it does
-not pay for it (see `_RegisterWhenLigerLoads`).
+`apply_liger_kernel_to_turner`, registered when `turner_tfm` is imported (installed only: a saved folder does not
+carry this file), but only once Liger's table is loaded: importing liger-kernel costs seconds, so a user who does not
+ask for it does not pay for it (see `_RegisterWhenLigerLoads`).
 """
 
 import importlib.abc
