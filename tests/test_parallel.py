@@ -27,7 +27,7 @@ from turner_tfm import (
     TurnerForTokenClassification,
     TurnerModel,
 )
-from turner_tfm.parallel_turner import TENSOR_PARALLEL_TORCH
+from turner_tfm.pretrained_turner import TENSOR_PARALLEL_TORCH
 
 from .conftest import TORCH_FLOORS
 from .fsdp_worker import global_batch, tiny_model, train
@@ -94,7 +94,7 @@ HEADS = [
 ]
 TP_CASES = [*SWITCHES, *HEADS]
 FSDP_CASES = ["tied", "untied", "masked-lm"]
-# tensor parallel runs from parallel_turner.TENSOR_PARALLEL_TORCH (torch 2.10); below it, it is refused by name
+# tensor parallel runs from pretrained_turner.TENSOR_PARALLEL_TORCH (torch 2.10); below it, it is refused by name
 TENSOR_PARALLEL = torch.__version__ >= TENSOR_PARALLEL_TORCH
 TENSOR_PARALLEL_REFUSED = f"tensor parallel is refused below torch {TENSOR_PARALLEL_TORCH}"
 
@@ -136,7 +136,7 @@ def test_tensor_parallel_matches_one_process_with_switches_combined(tmp_path: Pa
 
 def test_the_tensor_parallel_tests_skip_on_exactly_the_torch_that_refuses_it() -> None:
     assert TORCH_FLOORS["torch_2_10"] == TENSOR_PARALLEL_TORCH, (
-        f"parallel_turner refuses tensor parallel below torch {TENSOR_PARALLEL_TORCH}; its tests are marked torch_2_10"
+        f"pretrained_turner refuses tensor parallel below torch {TENSOR_PARALLEL_TORCH}; its tests are marked torch_2_10"
     )
 
 

@@ -26,7 +26,7 @@ from turner_tfm import (
     TurnerForTokenClassification,
     TurnerModel,
 )
-from turner_tfm.hub_turner import AUTO_CLASSES, auto_classes
+from turner_tfm.pretrained_turner import AUTO_CLASSES, auto_classes
 
 from .convert_helpers import word_tokenizer
 from .isolated import run_isolated

@@ -15,15 +15,15 @@ MIB = 2**20
 
 
 @pytest.mark.torch_2_10(reason="tensor parallel, the placement's one user, is refused below it")
-def test_strided_shard_is_where_parallel_turner_imports_it_and_takes_its_arguments():
-    """`turner_tfm/parallel_turner.py` places the stacked `qkv_proj` as `_StridedShard(dim=0, split_factor=k)`."""
-    where = f"torch {torch.__version__}: turner_tfm/parallel_turner.py imports it for the stacked qkv_proj"
+def test_strided_shard_is_where_pretrained_turner_imports_it_and_takes_its_arguments():
+    """`turner_tfm/pretrained_turner.py` places the stacked `qkv_proj` as `_StridedShard(dim=0, split_factor=k)`."""
+    where = f"torch {torch.__version__}: turner_tfm/pretrained_turner.py imports it for the stacked qkv_proj"
     assert hasattr(placement_types, "_StridedShard"), (
         f"torch.distributed.tensor.placement_types._StridedShard is gone ({where}): import its successor there, or "
         "a public strided placement"
     )
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a deprecation of the call parallel_turner.py makes
+        warnings.simplefilter("error")  # a deprecation of the call pretrained_turner.py makes
         placement = placement_types._StridedShard(dim=0, split_factor=3)
     assert isinstance(placement, placement_types.Placement), f"_StridedShard is no longer a Placement ({where})"
     assert (placement.dim, placement.split_factor) == (0, 3), f"_StridedShard's dim or split_factor changed ({where})"

@@ -14,7 +14,7 @@ from transformers import pipeline
 
 from examples.helpers import training
 from turner_tfm import TurnerForQuestionAnswering, TurnerForTokenClassification
-from turner_tfm.hub_turner import AUTO_CLASSES
+from turner_tfm.pretrained_turner import AUTO_CLASSES
 
 from .workflow_utils import (
     TINY_MODEL,

@@ -266,7 +266,7 @@ def tiny_gpt2() -> GPT2LMHeadModel:
 @pytest.mark.parametrize("given", ["own", "accelerate's"])
 def test_save_pretrained_from_xla_loads_on_the_cpu_to_the_same_logits(given: str, tmp_path, xla) -> None:
     """The model's state dict, or the one accelerate gets (on XLA too), is saved from CPU copies
-    (`hub_turner.state_on_cpu`): the folder holds what a save from the CPU holds."""
+    (`pretrained_turner.state_on_cpu`): the folder holds what a save from the CPU holds."""
     model = build(TurnerForCausalLM, text_config())
     model.save_pretrained(tmp_path / "from_cpu")
     model = moved(model, xla).eval()
@@ -286,7 +286,7 @@ def test_save_pretrained_from_xla_loads_on_the_cpu_to_the_same_logits(given: str
 def test_upstream_gpt2_saved_from_xla_fails_inside_safetensors(save: str, tmp_path, xla) -> None:
     """What Turner's `save_pretrained` works around, and docs/scale-out.md reports: on torch_xla 2.9 an XLA tensor has
     no storage, whose address safetensors' `save_pretrained` (and accelerate's `save_model`, for Turner too) reads.
-    When this fails, upstream saves from XLA: drop `hub_turner.state_on_cpu` and the docs' note."""
+    When this fails, upstream saves from XLA: drop `pretrained_turner.state_on_cpu` and the docs' note."""
     models = [moved(tiny_gpt2(), xla)]
     if save == "accelerator.save_model":
         models.append(moved(build(TurnerForCausalLM, text_config()), xla))

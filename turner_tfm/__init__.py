@@ -16,7 +16,6 @@ from transformers import AutoConfig
 
 from . import modeling_turner
 from .configuration_turner import TurnerConfig
-from .hub_turner import AUTO_CLASSES
 from .liger import register_when_liger_loads
 from .modeling_turner import (
     TurnerForCausalLM,
@@ -29,6 +28,7 @@ from .modeling_turner import (
     TurnerModel,
     TurnerPreTrainedModel,
 )
+from .pretrained_turner import AUTO_CLASSES
 
 __version__ = "0.1.0"
 

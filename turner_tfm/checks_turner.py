@@ -197,47 +197,30 @@ def backbone_inputs(config: TurnerConfig, call: dict) -> tuple[list, tuple[int, 
 
 
 def text_inputs(config: TurnerConfig, call: dict) -> tuple[list, tuple[int, int]]:
-    """Everything a text call takes, the cache included (`past_length`: tokens already in it)."""
-    cache = check_cache(config, call.get("cache"))
-    return text_input_ranges(
-        config,
+    """Everything a text call takes, the cache included: shapes checked at once; the range checks of the values, and
+    the inputs' (batch, N)."""
+    input_ids, inputs_embeds, token_type_ids = (
         call.get("input_ids"),
         call.get("inputs_embeds"),
-        call.get("attention_mask"),
-        call.get("position_ids"),
         call.get("token_type_ids"),
-        call.get("cache_position"),
-        cached_length(cache),
     )
-
-
-def text_input_ranges(
-    config: TurnerConfig,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    attention_mask: torch.Tensor | None = None,
-    position_ids: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    cache_position: torch.Tensor | None = None,
-    past_length: int | torch.Tensor = 0,
-) -> tuple[list, tuple[int, int]]:
-    """Shapes checked at once; the range checks of the values, and the inputs' (batch, N)."""
+    position_ids, cache_position = call.get("position_ids"), call.get("cache_position")
     check_text_shapes(config, input_ids, inputs_embeds)
     inputs = input_ids if input_ids is not None else inputs_embeds
     (batch_size, length), reads = tuple(inputs.shape[:2]), reads_values(config, inputs)
+    past_length = cached_length(check_cache(config, call.get("cache")))  # tokens already in it
     if isinstance(past_length, torch.Tensor) and past_length.device.type == "cpu" and not is_torchdynamo_compiling():
         past_length = int(past_length)  # a static cache's count, free to read on the CPU
     check_token_type_ids(token_type_ids, (batch_size, length))
     check_position_ids(position_ids, (batch_size, length))
     if isinstance(past_length, int):
-        check_attention_mask(attention_mask, batch_size, past_length + length)
-    ranges = []
+        check_attention_mask(call.get("attention_mask"), batch_size, past_length + length)
+    ranges = [position_range(config, position_ids, past_length, length, reads)]
     if reads and input_ids is not None:
         allowed = f"token ids must be in [0, {config.vocab_size}) (vocab_size)"
-        ranges.append(value_range("input_ids", input_ids, 0, config.vocab_size, allowed))
+        ranges.insert(0, value_range("input_ids", input_ids, 0, config.vocab_size, allowed))
     if reads and token_type_ids is not None:
         ranges.append(token_type_range(config, token_type_ids))
-    ranges.append(position_range(config, position_ids, past_length, length, reads))
     if cache_position is not None:
         ranges.append(cache_position_range(cache_position, past_length, length, reads))
     return ranges, (batch_size, length)
@@ -254,10 +237,15 @@ def check_text_call(
     token_labels: torch.Tensor | None = None,
 ) -> None:
     """A text call and its token-id labels checked now, in one read."""
-    ranges, shape = text_input_ranges(config, input_ids, inputs_embeds, attention_mask, position_ids, token_type_ids)
-    if token_labels is not None:
-        ranges.append(token_label_range(config, token_labels, shape, "token ids", "vocab_size"))
-    raise_if_out_of_range(ranges)
+    call = dict(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask, labels=token_labels)
+    check_call(
+        config,
+        [],
+        (),
+        call | dict(position_ids=position_ids, token_type_ids=token_type_ids),
+        text_inputs,
+        token_id_labels,
+    )
 
 
 def check_text_shapes(config: TurnerConfig, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
@@ -512,7 +500,7 @@ def choice_inputs(config: TurnerConfig, call: dict) -> tuple[list, tuple[int, in
         if value is not None and tuple(value.shape[:3]) != shape:
             raise _invalid_input(name, _shape(value), f"expected {shape}, the shape of the choices")
         flat[name] = None if value is None else value.flatten(0, 1)
-    return text_input_ranges(config, **flat)[0], shape
+    return text_inputs(config, flat)[0], shape
 
 
 def image_inputs(config: TurnerConfig, call: dict) -> tuple[list, tuple[int, ...]]:

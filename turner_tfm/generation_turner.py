@@ -51,10 +51,8 @@ class TurnerDynamicLayer(DynamicLayer):
     """
 
     min_capacity = 256
-    # Bytes of keys and values together up to which a layer on the CPU concatenates: the copy leaves them in the
-    # core's L2 cache (1 MiB on the EPYC) just before attention reads them, where appended ones come from memory.
-    # Greedy 128 + 128 tokens, L6 H6 D384 (786 KiB a layer at the end): batch 1 appending ran 0.92x-1.00x as fast as
-    # concatenating (mean 0.96x, five runs on the EPYC, 2026-11-28); batch 8 (6 MiB) 1.06x-1.07x faster.
+    # Bytes of keys and values together up to which a layer on the CPU concatenates: the copy leaves them in a core's
+    # L2 cache just before attention reads them, where appended ones come from memory (docs/benchmarks.md)
     concatenates_on_cpu_up_to = 1 << 20
     # The buffers, set by the first update and shared by shallow copies, live in a slot, outside the instance's
     # `__dict__`: transformers' exporters flatten a cache layer through vars() (`exporters/exporter_dynamo.py`), and

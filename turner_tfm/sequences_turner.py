@@ -1,16 +1,62 @@
-"""One vector per sequence, for the classifiers and BERT's pooler: pooling over a padded batch (§4.2's x_0, or the
-mean, or the last real token), and over a packed row (`DataCollatorWithFlattening`: one row of sequences end to end,
-positions restarting at each, no attention mask), whose tokens are first told apart by sequence.
-`modeling_turner.py` imports this module; `save_pretrained` copies it beside it.
+"""Which tokens belong together: the attention mask every block gets (the §4.1 auto-regressive mask or full attention,
+with the padding, and in a packed row each sequence kept to itself), and one vector per sequence for the classifiers
+and BERT's pooler (§4.2's x_0, the mean, or the last real token), over a padded batch or a packed row
+(`DataCollatorWithFlattening`: sequences end to end in one row, positions restarting at each, no attention mask).
 """
 
 import torch
 from torch import nn
-from transformers.masking_utils import find_packed_sequence_indices
+from transformers.cache_utils import Cache
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions
+from transformers.utils.import_utils import is_torchdynamo_compiling
 
 from .checks_turner import _invalid_input, _shape
+from .compat_turner import cached_length, named_cache
 from .configuration_turner import TurnerConfig
+
+
+def mask_for_blocks(
+    config: TurnerConfig,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+    position_ids: torch.Tensor | None,
+    packed: bool,
+    fresh_cache: bool,
+) -> torch.Tensor | None:
+    """The §4.1 auto-regressive mask when `config.is_causal`, else full attention; both with the padding, made by
+    transformers' mask builders.
+
+    In a packed row (`packed`: positions restart at each sequence, no padding mask) every token attends only within
+    its own sequence. transformers finds the sequences for the causal mask when no cache is passed; here they are found
+    for the full mask, and on the first pass of a fresh cache unless a tracer runs (export passes positions).
+
+    With no padding, no packing and no cache passed in, causal sdpa needs no mask: None, and sdpa's `is_causal`.
+    transformers decides the same outside a tracer, but keeps the mask under torch.compile before torch 2.14
+    (pytorch#176499), twice the attention work; this stands in for that fix.
+    """
+    causal = config.is_causal
+    if causal and attention_mask is None and not packed and fresh_cache and config._attn_implementation == "sdpa":
+        return None
+    ours = not causal or (cache is not None and not is_torchdynamo_compiling())
+    sequences = None
+    if packed and ours and cached_length(cache) == 0:
+        sequences = find_packed_sequence_indices(position_ids.expand(hidden_states.shape[0], -1))
+    make_mask = create_causal_mask if causal else create_bidirectional_mask
+    return make_mask(
+        config=config,
+        inputs_embeds=hidden_states,
+        attention_mask=attention_mask,
+        **named_cache(cache),
+        and_mask_function=None if sequences is None else packed_sequence_mask_function(sequences),
+        **({"position_ids": position_ids if packed else None} if causal else {}),  # transformers' detection
+    )
 
 
 def first_real_token(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
