@@ -506,3 +506,18 @@ def test_no_script_puts_another_tree_on_the_path() -> None:
         if edit.search(line)
     ]
     assert found == []
+
+
+def test_saved_code_counts_the_files_a_saved_folder_carries(tmp_path, monkeypatch) -> None:
+    """`benchmarks.saved_code`: the folder carries exactly the package's `*_turner.py` modules (the rule in
+    `turner_tfm/__init__.py`), at most 8 files, counted line for line; Llama, GPT-2 and BERT beside it."""
+    import turner_tfm
+
+    out = tmp_path / "saved_code.json"
+    run_module("benchmarks.saved_code", ["--json", str(out)], monkeypatch)
+    counts = json.loads(out.read_text())["files"]
+    saved = counts.pop("turner (saved folder)")
+    package = Path(turner_tfm.__file__).parent
+    assert set(saved) == {path.name for path in package.glob("*_turner.py")} and len(saved) <= 8, sorted(saved)
+    assert saved == {name: len((package / name).read_text().splitlines()) for name in saved}
+    assert set(counts) == {"llama", "gpt2", "bert"} and all(sum(files.values()) > 0 for files in counts.values())
