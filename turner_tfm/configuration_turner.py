@@ -11,10 +11,10 @@ from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.activations import ACT2FN
-from transformers.utils import logging
+from transformers.utils import auto_docstring, logging
 from transformers.utils.type_validators import activation_fn_key, interval, positive_int_field
 
-from .parallel_turner import fsdp_plan, tensor_parallel_plan
+from .pretrained_turner import fsdp_plan, tensor_parallel_plan
 
 logger = logging.get_logger(__name__)
 
@@ -33,7 +33,6 @@ _token_id = _checked(dataclasses.field, "it must be None or an integer token id 
 # Keys transformers passes a config that are no `PreTrainedConfig` attribute: any other is a typo or a newer field
 _PASSED_BY_TRANSFORMERS = {"attn_implementation", "experts_implementation", "_commit_hash", "_name_or_path", "auto_map"}
 _PASSED_BY_TRANSFORMERS |= {"quantization_config", "distributed_config"}
-_UNSET = object()
 # Other families' names for fields Turner spells as HF's standard names, read and written as Turner's own (as
 # `GPT2Config` maps `hidden_size` to `n_embd`); the epsilons are every name transformers' test helpers set
 _OTHER_FAMILIES_NAMES = {
@@ -42,14 +41,16 @@ _OTHER_FAMILIES_NAMES = {
     **dict.fromkeys(["n_layer", "n_layers", "num_layers"], "num_hidden_layers"),
     **dict.fromkeys(["n_inner", "ffn_dim", "d_ff"], "intermediate_size"),
     **dict.fromkeys(["n_positions", "n_ctx"], "max_position_embeddings"),
-    **dict.fromkeys(
-        ["layer_norm_epsilon", "rms_norm_eps", "norm_eps", "norm_epsilon", "post_norm_eps", "batch_norm_eps"],
-        "layer_norm_eps",
-    ),
+    **dict.fromkeys(["layer_norm_epsilon", "rms_norm_eps", "norm_eps", "norm_epsilon"], "layer_norm_eps"),
+    **dict.fromkeys(["post_norm_eps", "batch_norm_eps"], "layer_norm_eps"),
     "activation_function": "hidden_act",
     "hidden_dropout_prob": "hidden_dropout",
     "attention_probs_dropout_prob": "attention_dropout",
 }
+# A refusal is what `@strict` raises for a field or a rule, and a `ValueError` of one argument (so that it pickles)
+_ONE_ARGUMENT = {"__init__": ValueError.__init__}
+InvalidFieldError = type("InvalidFieldError", (StrictDataclassFieldValidationError, ValueError), _ONE_ARGUMENT)
+InvalidConfigError = type("InvalidConfigError", (StrictDataclassClassValidationError, ValueError), _ONE_ARGUMENT)
 _OWN_PLAN = "built from the config's own fields; pass from_pretrained distributed_config=DistributedConfig(tp_plan=...)"
 
 
@@ -66,7 +67,7 @@ class _TurnerFields(PreTrainedConfig):
     model_type = "turner"
     attribute_map = _OTHER_FAMILIES_NAMES
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache, from transformers 5.24 and before
-    base_model_tp_plan = property(tensor_parallel_plan, _refuse_plan)  # built from the config (parallel_turner.py)
+    base_model_tp_plan = property(tensor_parallel_plan, _refuse_plan)  # built from the config (pretrained_turner.py)
     base_model_fsdp_plan = property(fsdp_plan)
     is_image_model = property(lambda self: self.image_size is not None)  # the image classifier of §4.2
     # N in §4.2: the number of image patches (the class token is not counted)
@@ -171,8 +172,7 @@ class _TurnerFields(PreTrainedConfig):
             _refuse("normalization", "batchnorm", allowed + "; use 'layernorm', 'rmsnorm' or tensor parallelism")
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> None:
-        """Check the rules first: transformers creates the folder and copies this file before its `validate()`."""
-        self.validate()
+        self.validate()  # first: transformers creates the folder and copies this file before its own `validate()`
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def validate_attention(self) -> None:
@@ -220,131 +220,55 @@ class _TurnerFields(PreTrainedConfig):
             _refuse("tie_word_embeddings", True, f"{allowed} unset (it defaults to False) or tie_word_embeddings=False")
 
 
+@auto_docstring(
+    custom_intro="""Configuration for [`TurnerModel`] and its heads (Turner, *An Introduction to Transformers*, 2023), a
+    [`PreTrainedConfig`]. D = `hidden_size` (§1), M = `num_hidden_layers` (§2.3), H = `num_attention_heads` (eq. 4),
+    K = `head_dim` (eq. 3); an image model (§4.2) when `image_size` is set. A field left unset is derived from the
+    others and follows them until given its own value: `intermediate_size` = 4 D, `max_position_embeddings` = 1024
+    (images: patches + 1), `tie_word_embeddings` unless positions are concatenated. Refusals are `ValueError`s."""
+)
 class TurnerConfig(_TurnerFields):
-    r"""Configuration for [`TurnerModel`] and its heads: an image model (§4.2) when `image_size` is set, else text under
-    the causal mask of §4.1 (unless a classifier reads the first token). A field left unset is derived from the others
-    (`head_dim` = D / H, `intermediate_size` = 4 D, ...) and follows them unless it holds a value of its own. Switches:
-    `share_query_key` (footnote 9), `position_embedding_type` (§3), `position_embedding_combine` and `_size` (footnote
-    19), `normalization` (figure 5) at `norm_position`, `mlp_hidden_layers` (footnote 14). Refusals are `ValueError`s.
-
-    Args:
-        transformers_version (`str`, *optional*, defaults to `None`):
-            The transformers release that saved the config (`save_pretrained` writes it).
-        architectures (`list[str]`, *optional*, defaults to `None`):
-            The classes the checkpoint was saved as (`save_pretrained` writes it).
-        output_hidden_states (`bool`, *optional*, defaults to `False`):
-            Return X^(0) and every block's output (`hidden_states`) unless a call says otherwise.
-        return_dict (`bool`, *optional*, defaults to `True`):
-            Return a `ModelOutput` rather than a tuple unless a call says otherwise.
-        dtype (`str` or `torch.dtype`, *optional*, defaults to `None`):
-            The dtype the weights were saved in, which `from_pretrained(dtype="auto")` loads them in.
-        chunk_size_feed_forward (`int`, *optional*, defaults to `0`):
-            transformers' feed-forward chunking; Turner's MLP runs every token at once and does not read it.
-        is_encoder_decoder (`bool`, *optional*, defaults to `False`):
-            Turner is one stack of blocks, never an encoder-decoder.
-        id2label (`dict[int, str]`, *optional*, defaults to `None`):
-            The classifier heads' class names; their number is `num_labels` (2 when unset).
-        label2id (`dict[str, int]`, *optional*, defaults to `None`):
-            The inverse of `id2label`.
-        problem_type (`str`, *optional*, defaults to `None`):
-            The sequence classifier's loss: `"regression"`, `"single_label_classification"` or
-            `"multi_label_classification"`; unset, chosen from `num_labels` and the labels' dtype.
-        vocab_size (`int`, *optional*, defaults to `32000`):
-            Tokens in the vocabulary: rows of the token embedding and of a language model's output head.
-        hidden_size (`int`, *optional*, defaults to `768`):
-            D, the features of each token (§1).
-        num_hidden_layers (`int`, *optional*, defaults to `12`):
-            M, the number of transformer blocks (§2.3).
-        num_attention_heads (`int`, *optional*, defaults to `12`):
-            H, the heads of multi-head self-attention (eq. 4).
-        head_dim (`int`, *optional*, defaults to `None`):
-            K, the width of each head's queries, keys and values (eq. 3); unset: D / H.
-        intermediate_size (`int`, *optional*, defaults to `None`):
-            Width of the MLP's hidden layer (§2.2); unset: 4 D.
-        hidden_act (`str`, *optional*, defaults to `"gelu"`):
-            The MLP's activation (and the masked LM head's), a key of transformers' `ACT2FN`.
-        max_position_embeddings (`int`, *optional*, defaults to `None`):
-            Positions learned position embeddings cover; unset: 1024 for text, patches + 1 for images.
-        layer_norm_eps (`float`, *optional*, defaults to `1e-05`):
-            The epsilon of every token norm.
-        initializer_range (`float`, *optional*, defaults to `0.02`):
-            Standard deviation of the normal distribution every weight matrix starts from.
-        hidden_dropout (`float`, *optional*, defaults to `0.0`):
-            Dropout on the embeddings and on each residual branch.
-        attention_dropout (`float`, *optional*, defaults to `0.0`):
-            Dropout on the attention weights A.
-        classifier_dropout (`float`, *optional*, defaults to `0.0`):
-            Dropout before the sequence and token classifiers' linear head.
-        attention_bias (`bool`, *optional*, defaults to `True`):
-            Biases in `qkv_proj` and `o_proj`.
-        mlp_bias (`bool`, *optional*, defaults to `True`):
-            Biases in the MLP's projections.
-        is_causal (`bool`, *optional*, defaults to `None`):
-            The auto-regressive mask of §4.1 (each token sees itself and its left); False: every token sees every
-            token (images, BERT, the masked LM). Unset: False for images, with a pooler and for classifiers reading
-            the first token, else True.
-        position_embedding_type (`str`, *optional*, defaults to `"learned"`):
-            §3: `"learned"` or `"sinusoidal"` vectors given to each token, `"rotary"` (relative positions as rotations
-            of queries and keys), or `"none"`.
-        position_embedding_combine (`str`, *optional*, defaults to `None`):
-            How a position vector joins its token: `"add"`ed, or `"concat"`enated (footnote 19); unset: `"concat"`
-            when `position_embedding_size` is set, else `"add"`.
-        position_embedding_size (`int`, *optional*, defaults to `None`):
-            Width of concatenated position vectors; unset with `"concat"`: D / 4.
-        rope_theta (`float`, *optional*, defaults to `10000.0`):
-            The base of the rotary angles.
-        share_query_key (`bool`, *optional*, defaults to `False`):
-            U_k = U_q, the symmetric attention of footnote 9.
-        normalization (`str`, *optional*, defaults to `"layernorm"`):
-            The token norm (§2.3, figure 5): `"layernorm"`, `"rmsnorm"` or `"batchnorm"`.
-        norm_position (`str`, *optional*, defaults to `"pre"`):
-            `"pre"`: the norm on the inputs of MHSA and MLP, plus a final norm (the paper's figure); `"post"`: after
-            each residual sum (BERT, footnote 18).
-        mlp_hidden_layers (`int`, *optional*, defaults to `1`):
-            Hidden layers of the MLP, 1 or 2 (footnote 14).
-        embedding_layer_norm (`bool`, *optional*, defaults to `False`):
-            A token norm on X^(0), after positions and token types are added (BERT's).
-        type_vocab_size (`int`, *optional*, defaults to `0`):
-            Token types (segments) with an embedding of their own; 0: none.
-        use_padding_idx (`bool`, *optional*, defaults to `False`):
-            The token embedding's row for `pad_token_id` (where it is in the vocabulary) starts at zero and gets no
-            gradient (`nn.Embedding`'s `padding_idx`), as BERT's; the BERT converter sets it.
-        classifier_pooling (`str`, *optional*, defaults to `None`):
-            What the sequence classifier reads: the first token (`"cls"`), the `"mean"` of the real tokens, or the
-            `"last"` real token; unset: `"last"` under the causal mask, `"cls"` with a pooler or for images, else
-            `"mean"`.
-        use_pooler (`bool`, *optional*, defaults to `False`):
-            BERT's pooler (a dense layer and tanh on the first token) on the backbone's output.
-        image_size (`int`, *optional*, defaults to `None`):
-            Side of the square images of an image model (§4.2); None: a text model.
-        patch_size (`int`, *optional*, defaults to `16`):
-            Side of each image patch.
-        num_channels (`int`, *optional*, defaults to `3`):
-            Channels of the input images.
-        use_cache (`bool`, *optional*, defaults to `True`):
-            Keep keys and values for the next step (§4.1's incremental property) unless a call says otherwise.
-        check_input_values (`bool`, *optional*, defaults to `True`):
-            Read token ids, labels and positions back to check their values (`checks_turner`); False: shapes only.
-        tie_word_embeddings (`bool`, *optional*, defaults to `None`):
-            The output head shares the token embedding's weight; unset: True unless positions are concatenated.
-        pad_token_id (`int`, *optional*, defaults to `None`):
-            The padding token.
-        bos_token_id (`int`, *optional*, defaults to `None`):
-            The token that begins a sequence.
-        eos_token_id (`int` or `list[int]`, *optional*, defaults to `None`):
-            The token (or tokens) that end a sequence, where `generate()` stops.
-
-    Example:
-
-    >>> model = TurnerForCausalLM(TurnerConfig(vocab_size=1000, hidden_size=128, num_attention_heads=4))"""
+    r"""
+    is_causal (`bool`, *optional*):
+        The auto-regressive mask of §4.1 (each token sees itself and its left); False: every token sees every token
+        (images, BERT, the masked LM). Unset: False for images, with a pooler or a classifier reading the first token.
+    position_embedding_type (`str`, *optional*, defaults to `"learned"`):
+        §3: `"learned"` or `"sinusoidal"` position vectors, `"rotary"` (relative: rotated queries and keys) or `"none"`.
+    position_embedding_combine (`str`, *optional*):
+        How a position vector joins its token: `"add"`ed, or `"concat"`enated (footnote 19); unset: `"concat"` when
+        `position_embedding_size` is set, else `"add"`.
+    position_embedding_size (`int`, *optional*):
+        Width of concatenated position vectors; unset with `"concat"`: D / 4.
+    rope_theta (`float`, *optional*, defaults to `10000.0`):
+        The base of the rotary angles.
+    share_query_key (`bool`, *optional*, defaults to `False`):
+        U_k = U_q, the symmetric attention of footnote 9.
+    normalization (`str`, *optional*, defaults to `"layernorm"`):
+        The token norm (§2.3, figure 5): `"layernorm"`, `"rmsnorm"` or `"batchnorm"`.
+    norm_position (`str`, *optional*, defaults to `"pre"`):
+        `"pre"`: the norm on the inputs of MHSA and MLP, plus a final norm (the paper's figure); `"post"`: after each
+        residual sum (BERT, footnote 18).
+    mlp_hidden_layers (`int`, *optional*, defaults to `1`):
+        Hidden layers of the MLP, 1 or 2 (footnote 14).
+    embedding_layer_norm (`bool`, *optional*, defaults to `False`):
+        A token norm on X^(0), after positions and token types are added (BERT's).
+    use_padding_idx (`bool`, *optional*, defaults to `False`):
+        The token embedding's row for `pad_token_id` (where it is in the vocabulary) starts at zero and gets no
+        gradient (`nn.Embedding`'s `padding_idx`), as BERT's; the BERT converter sets it.
+    classifier_pooling (`str`, *optional*):
+        What the sequence classifier reads: the first token (`"cls"`), the `"mean"` of the real tokens, or the `"last"`
+        real token; unset: `"last"` under the causal mask, `"cls"` with a pooler or for images, else `"mean"`.
+    use_pooler (`bool`, *optional*, defaults to `False`):
+        BERT's pooler (a dense layer and tanh on the first token) on the backbone's output.
+    check_input_values (`bool`, *optional*, defaults to `True`):
+        Read token ids, labels and positions back to check their values (`checks_turner`); False: shapes only."""
 
     def __setattr__(self, name: str, value: object) -> None:
         """Check the value (wording what the field allows), then let the fields derived from this one follow it. Another
-        family's name (`n_embd`, `layer_norm_epsilon`, ...) sets Turner's own field. The same value set again changes
-        nothing (`merge_with_config_defaults` sets `is_causal` to itself on every call)."""
+        family's name (`n_embd`, `layer_norm_epsilon`, ...) sets Turner's own field."""
         name = self.attribute_map.get(name, name)
-        if self.__dict__.get(name, _UNSET) is value:
-            return
+        if name in self.__dict__ and self.__dict__[name] is value:
+            return  # the same value set again changes nothing (`merge_with_config_defaults` sets `is_causal` to itself)
         before = self._derived() if getattr(self, "_post_init_done", False) else None  # once the config is built
         try:
             super().__setattr__(name, value)
@@ -367,12 +291,6 @@ class TurnerConfig(_TurnerFields):
         loaded = super().from_dict(config_dict, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded).validate()  # its overrides were assigned unchecked
         return loaded
-
-
-# A refusal is what `@strict` raises for a field or a rule, and a `ValueError` of one argument (so that it pickles)
-_ONE_ARGUMENT = {"__init__": ValueError.__init__}
-InvalidFieldError = type("InvalidFieldError", (StrictDataclassFieldValidationError, ValueError), _ONE_ARGUMENT)
-InvalidConfigError = type("InvalidConfigError", (StrictDataclassClassValidationError, ValueError), _ONE_ARGUMENT)
 
 
 def _refuse(name: str, value: object, allowed: str, error: type[ValueError] = ValueError) -> NoReturn:
