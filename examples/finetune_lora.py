@@ -13,7 +13,6 @@ Every field of `TrainingArguments` and of the dataclasses below is a flag (`--he
 works too. Run from the repository root.
 """
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -24,8 +23,6 @@ from transformers import (
     Trainer,
     TrainingArguments,
     default_data_collator,
-    pipeline,
-    set_seed,
 )
 
 from examples.helpers import callbacks, data, distributed, model_card, training
@@ -47,9 +44,8 @@ class ModelArguments:
 
 
 @dataclass
-class DataTrainingArguments(training.TextDataArguments):
+class DataTrainingArguments(training.SampleArguments):
     prompt: str = field(default="def ", metadata={"help": "start of the sample printed at the end"})
-    max_new_tokens: int = field(default=100, metadata={"help": "length of the sample"})
 
 
 def main() -> None:
@@ -57,7 +53,6 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-lora", max_steps=150, learning_rate=3e-3, per_device_train_batch_size=16,
     )  # fmt: skip
-    set_seed(training_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
     text, dataset_name, dataset_id = data.load_text(**data_args.text_source(), default="code")
@@ -85,7 +80,7 @@ def main() -> None:
     distributed.announce(
         f"held-out loss of {model_args.model_name_or_path} on {dataset_name}: {before:.3f} before LoRA"
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
     peft_model.save_pretrained(f"{training_args.output_dir}/adapter")
     distributed.announce(f"adapter saved to {training_args.output_dir}/adapter")
 
@@ -101,22 +96,14 @@ def main() -> None:
     distributed.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
 
     trainer.model = trainer.model_wrapped = merged
-    eval_loss = trainer.evaluate()["eval_loss"]
-    results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
-    set_seed(training_args.seed)
-    generator = pipeline("text-generation", model=merged, tokenizer=tokenizer)
-    prompt, max_new_tokens = data_args.prompt, data_args.max_new_tokens
-    sample = generator(prompt, max_new_tokens=max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
-    distributed.announce(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
-    distributed.announce(f"\nsample from pipeline('text-generation'):\n{sample}\n")
+    results = training.evaluate_and_sample(trainer, data_args)
 
     lora_note = f"r={lora.r}, alpha={lora.lora_alpha} on {', '.join(sorted(lora.target_modules))}, then merged"
     model_card.save_with_card(
         trainer,
         task="text-generation",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
-        example_input=prompt,
+        example_input=data_args.prompt,
         dataset_name=dataset_name,
         dataset_id=dataset_id,
         base_model=model_args.model_name_or_path,

@@ -49,7 +49,7 @@ def main() -> None:
     eval_set = data.token_blocks(tokenizer, eval_text, args.block_size, "held-out")
     trainer = Trainer(model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
                       data_collator=default_data_collator, processing_class=tokenizer)  # fmt: skip
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     model_card.print_loss_curve(trainer)
     eval_loss = trainer.evaluate()["eval_loss"]
     print(f"held-out loss {eval_loss:.3f} nats/token, perplexity {math.exp(eval_loss):.2f}")
@@ -61,8 +61,7 @@ def main() -> None:
 
     results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
     model_card.save_with_card(trainer, task="text-generation", results=results, example_input=args.prompt,
-                              train_runtime=train_result.metrics["train_runtime"], dataset_name=dataset_name,
-                              dataset_id=dataset_id)  # fmt: skip
+                              dataset_name=dataset_name, dataset_id=dataset_id)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,10 +21,9 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.base.training_args import BatchSamplers
 from sentence_transformers.sentence_transformer import losses, modules
-from transformers import set_seed
 
 from examples.helpers import data, distributed, model_card, training
-from turner_tfm import TurnerConfig, TurnerModel
+from turner_tfm import TurnerModel
 
 
 @dataclass
@@ -67,7 +66,6 @@ def main() -> None:
         output_dir="turner-sentence-embeddings", max_steps=200, learning_rate=1e-3, warmup_steps=0.1,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
     )  # fmt: skip
-    set_seed(training_args.seed)
     text, dataset_name, _ = data.load_text(**data_args.text_source())
     firsts, seconds = halves(text, data_args.min_words)
     held_out = max(2, int(len(firsts) * data_args.validation_split_percentage / 100))
@@ -79,14 +77,8 @@ def main() -> None:
     train = Dataset.from_dict({"anchor": firsts[:-held_out], "positive": seconds[:-held_out]})
     block_size = data_args.block_size
     tokenizer = data.bpe_tokenizer(firsts + seconds, model_args.vocab_size, model_max_length=block_size)
-    config = TurnerConfig(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=block_size,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        is_causal=False,  # every token sees the whole sentence before pooling
-        **model_args.config_kwargs(),
-    )
+    # every token sees the whole sentence before pooling
+    config = training.text_config(tokenizer, block_size, is_causal=False, **model_args.config_kwargs())
     with tempfile.TemporaryDirectory() as backbone:  # sentence-transformers' Transformer module loads a folder
         TurnerModel(config).save_pretrained(backbone)
         tokenizer.save_pretrained(backbone)

@@ -13,9 +13,7 @@ From the repository root:
 Every field of `TrainingArguments`, of the dataclasses below and of `TurnerConfig` is a flag (`--help`).
 """
 
-import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 from transformers import (
     AutoModelForCausalLM,
@@ -23,42 +21,27 @@ from transformers import (
     Trainer,
     TrainingArguments,
     default_data_collator,
-    set_seed,
 )
 
 from examples.helpers import callbacks, data, distributed, model_card, padding_free, training
-from turner_tfm import TurnerConfig, TurnerForCausalLM
+from turner_tfm import TurnerForCausalLM
 
 
 @dataclass
-class ScriptModelArguments:
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "continue training this saved Turner model (and its tokenizer)"}
-    )
-    tokenizer: Literal["char", "bpe"] = field(default="char", metadata={"help": "trained here on the text"})
-    vocab_size: int = field(default=1000, metadata={"help": "tokens of the BPE tokenizer"})
+class ScriptModelArguments(training.LanguageModelArguments):
     fsdp_size: int = field(default=1, metadata={"help": "processes that each hold 1/N of every weight (FSDP2)"})
-
-    def __post_init__(self) -> None:
-        training.check_saved_model("model_name_or_path", self.model_name_or_path)
 
 
 ModelArguments = training.config_arguments(
-    ScriptModelArguments,
-    exclude=training.CLASSIFIER_FIELDS,
-    hidden_size=128,
-    num_hidden_layers=4,
-    num_attention_heads=4,
+    ScriptModelArguments, exclude=training.CLASSIFIER_FIELDS, **training.LANGUAGE_MODEL_SIZE
 )
 
 
 @dataclass
-class DataTrainingArguments(training.TextDataArguments):
+class DataTrainingArguments(training.SampleArguments):
     padding_free: bool = field(
         default=False, metadata={"help": "train on paragraphs packed in one row per batch, without padding"}
     )
-    prompt: str = field(default="Return the", metadata={"help": "start of the sample printed at the end"})
-    max_new_tokens: int = field(default=100, metadata={"help": "length of the sample"})
 
 
 def main() -> None:
@@ -66,7 +49,6 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-causal-lm", max_steps=300, learning_rate=2e-3, per_device_train_batch_size=16,
     )  # fmt: skip
-    set_seed(training_args.seed)
     text, dataset_name, dataset_id = data.load_text(**data_args.text_source())
     train_text, eval_text = data.split_text(text, data_args.validation_split_percentage)
     if model_args.model_name_or_path:
@@ -74,13 +56,7 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
     else:
         tokenizer = data.text_tokenizer(model_args.tokenizer, train_text, model_args.vocab_size, data_args.block_size)
-        config = TurnerConfig(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=data_args.block_size,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            **model_args.config_kwargs(),
-        )
+        config = training.text_config(tokenizer, data_args.block_size, **model_args.config_kwargs())
         model = TurnerForCausalLM(config)
     distributed.announce(
         f"text: {dataset_name}, {len(text):,} characters; tokenizer: {len(tokenizer)} tokens; "
@@ -101,23 +77,14 @@ def main() -> None:
         processing_class=tokenizer,
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
-    eval_loss = trainer.evaluate()["eval_loss"]
-    results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
-    set_seed(training_args.seed)  # every process samples: a sharded model's forward pass needs them all
-    generator = distributed.pipeline_of("text-generation", trainer.model, tokenizer=tokenizer)
-    prompt, max_new_tokens = data_args.prompt, data_args.max_new_tokens
-    sample = generator(prompt, max_new_tokens=max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
-    distributed.announce(f"held-out loss {eval_loss:.3f} nats/token, perplexity {results['perplexity']:.2f}")
-    distributed.announce(f"\nsample from pipeline('text-generation'):\n{sample}\n")
-
+    results = training.evaluate_and_sample(trainer, data_args)  # every process: a sharded model needs them all
     model_card.save_with_card(
         trainer,
         task="text-generation",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
-        example_input=prompt,
+        example_input=data_args.prompt,
         dataset_name=dataset_name,
         dataset_id=dataset_id,
         base_model=model_args.model_name_or_path,

@@ -16,10 +16,9 @@ YAML file of them works too. Run from the repository root.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
-from datasets import ClassLabel, Dataset, Features, Image
-from transformers import Trainer, TrainingArguments, ViTImageProcessorPil, set_seed
+from datasets import Dataset, Image
+from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
 
 from examples.helpers import callbacks, data, distributed, model_card, training
 from turner_tfm import TurnerConfig, TurnerForImageClassification
@@ -68,24 +67,11 @@ def image_folder(root: str) -> tuple[list[str], list[str]]:
 def load_data(args: DataTrainingArguments, seed: int) -> tuple[Dataset, Dataset, str]:
     """(train, test) datasets with `image` and `label` columns (labels as class ids), and the data's name."""
     if args.train_dir is None:
-        train, name = labelled(*data.digits()), "scikit-learn digits"
+        train, name = data.digits(), "scikit-learn digits"
     else:
-        train, name = labelled(*image_folder(args.train_dir)), Path(args.train_dir).resolve().name
-    if args.test_dir is None:  # a stratified split: each class keeps its share in both parts
-        parts = train.train_test_split(args.test_split_percentage / 100, seed=seed, stratify_by_column="label")
-        return parts["train"], parts["test"], name
-    return train, labelled(*image_folder(args.test_dir), train.features["label"].names), name
-
-
-def labelled(images: list, labels: list[str], names: list[str] | None = None) -> Dataset:
-    """A `Dataset` of `image` (PIL images or file paths) and `label` (class ids of `names`, by default the sorted
-    labels)."""
-    names = names if names is not None else sorted(set(labels))
-    unknown = sorted(set(labels) - set(names))
-    if unknown:
-        raise ValueError(f"the test data has labels the training data lacks: {unknown[:5]}; known labels: {names}")
-    features = Features({"image": Image(), "label": ClassLabel(names=names)})
-    return Dataset.from_dict({"image": images, "label": [names.index(label) for label in labels]}, features=features)
+        train, name = image_folder(args.train_dir), Path(args.train_dir).resolve().name
+    test = image_folder(args.test_dir) if args.test_dir is not None else None
+    return *data.train_and_test("image", Image(), train, test, args.test_split_percentage, seed), name
 
 
 def main() -> None:
@@ -95,20 +81,13 @@ def main() -> None:
         weight_decay=0.1,  # the 40 epochs drive the training loss to 0.01 on 1437 images
         remove_unused_columns=False,  # the images become pixels on the fly, from a column the model does not take
     )  # fmt: skip
-    set_seed(training_args.seed)
     train_set, test_set, dataset_name = load_data(data_args, training_args.seed)
     size = model_args.image_size
     processor = ViTImageProcessorPil(
         size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3, do_convert_rgb=True
     )
-    names = train_set.features["label"].names
-    config = TurnerConfig(
-        num_channels=3,
-        is_causal=False,
-        id2label=dict(enumerate(names)),
-        label2id={name: i for i, name in enumerate(names)},
-        **model_args.config_kwargs(),
-    )
+    labels = training.label_fields(train_set.features["label"].names)
+    config = TurnerConfig(num_channels=3, is_causal=False, **labels, **model_args.config_kwargs())
     model = TurnerForImageClassification(config)
     distributed.announce(
         f"data: {dataset_name}, {len(train_set)} training and {len(test_set)} test images, {config.num_labels} "
@@ -119,20 +98,16 @@ def main() -> None:
         pixels = processor(images=batch["image"], return_tensors="pt")["pixel_values"]
         return {"pixel_values": pixels, "labels": torch.tensor(batch["label"])}
 
-    def accuracy(eval_prediction: tuple) -> dict[str, float]:
-        logits, label_ids = eval_prediction
-        return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids).mean())}
-
     trainer = Trainer(
         model=distributed.shard(model, model_args.fsdp_size, training_args),  # fsdp_size N: 1/N of each weight
         args=training_args,
         train_dataset=train_set.with_transform(to_pixels),
         eval_dataset=test_set.with_transform(to_pixels),
         processing_class=processor,
-        compute_metrics=accuracy,
+        compute_metrics=training.accuracy,
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
     results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
     examples = test_set["image"][:4]
@@ -149,7 +124,6 @@ def main() -> None:
         trainer,
         task="image-classification",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
         dataset_name=dataset_name,
         example_input="image.png",
     )

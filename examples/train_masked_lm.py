@@ -15,7 +15,6 @@ repository root:
 Every field of `TrainingArguments`, of the dataclasses below and of `TurnerConfig` is a flag (`--help`).
 """
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,29 +28,18 @@ from transformers import (
 )
 
 from examples.helpers import callbacks, data, distributed, model_card, training
-from turner_tfm import TurnerConfig, TurnerForMaskedLM
+from turner_tfm import TurnerForMaskedLM
 
 MASK_TOKEN = "<mask>"
 
 
 @dataclass
-class ScriptModelArguments:
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "continue training this saved Turner masked LM (and its tokenizer)"}
-    )
+class ScriptModelArguments(training.LanguageModelArguments):
     tokenizer: Literal["bpe", "char"] = field(default="bpe", metadata={"help": "trained here on the text"})
-    vocab_size: int = field(default=1000, metadata={"help": "tokens of the BPE tokenizer"})
-
-    def __post_init__(self) -> None:
-        training.check_saved_model("model_name_or_path", self.model_name_or_path)
 
 
 ModelArguments = training.config_arguments(
-    ScriptModelArguments,
-    exclude=training.CLASSIFIER_FIELDS,
-    hidden_size=128,
-    num_hidden_layers=4,
-    num_attention_heads=4,
+    ScriptModelArguments, exclude=training.CLASSIFIER_FIELDS, **training.LANGUAGE_MODEL_SIZE
 )
 
 
@@ -68,7 +56,6 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-masked-lm", max_steps=300, learning_rate=1e-3, per_device_train_batch_size=16,
     )  # fmt: skip
-    set_seed(training_args.seed)
     text, dataset_name, dataset_id = data.load_text(**data_args.text_source())
     train_text, eval_text = data.split_text(text, data_args.validation_split_percentage)
     if model_args.model_name_or_path:
@@ -77,14 +64,8 @@ def main() -> None:
     else:
         tokenizer = data.text_tokenizer(model_args.tokenizer, train_text, model_args.vocab_size, data_args.block_size)
         tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})  # the token the collator hides others behind
-        config = TurnerConfig(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=data_args.block_size,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            is_causal=False,  # each masked token is guessed from both sides
-            **model_args.config_kwargs(),
-        )
+        # each masked token is guessed from both sides
+        config = training.text_config(tokenizer, data_args.block_size, is_causal=False, **model_args.config_kwargs())
         model = TurnerForMaskedLM(config)
     distributed.announce(
         f"text: {dataset_name}, {len(text):,} characters; tokenizer: {len(tokenizer)} tokens; "
@@ -104,14 +85,14 @@ def main() -> None:
         processing_class=tokenizer,
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
     set_seed(training_args.seed)  # the same tokens hidden in every evaluation
-    eval_loss = trainer.evaluate()["eval_loss"]
-    results = {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
+    results = training.held_out_perplexity(trainer)
     filler = distributed.pipeline_of("fill-mask", trainer.model, tokenizer=tokenizer)
     guesses = filler(data_args.fill_mask_text, top_k=5)
-    distributed.announce(f"held-out loss {eval_loss:.3f} nats/masked token, perplexity {results['perplexity']:.2f}")
+    loss, perplexity = results["eval_loss"], results["perplexity"]
+    distributed.announce(f"held-out loss {loss:.3f} nats/masked token, perplexity {perplexity:.2f}")
     shown = ", ".join(f"{guess['token_str']!r} {guess['score']:.3f}" for guess in guesses)
     distributed.announce(f"\npipeline('fill-mask') on {data_args.fill_mask_text!r}: {shown}\n")
 
@@ -119,7 +100,6 @@ def main() -> None:
         trainer,
         task="fill-mask",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
         example_input=data_args.fill_mask_text,
         dataset_name=dataset_name,
         dataset_id=dataset_id,

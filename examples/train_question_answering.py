@@ -21,10 +21,10 @@ from typing import Literal
 
 import numpy as np
 from datasets import Dataset, load_dataset
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from examples.helpers import callbacks, data, distributed, model_card, training
-from turner_tfm import TurnerConfig, TurnerForQuestionAnswering
+from turner_tfm import TurnerForQuestionAnswering
 
 
 @dataclass
@@ -91,7 +91,6 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-question-answering", num_train_epochs=1, learning_rate=1e-3,
     )  # fmt: skip
-    set_seed(training_args.seed)
     if data_args.train_file is None:
         rows = data.which_line(data_args.questions, data_args.calls_per_context, training_args.seed)
         dataset_name = "stdlib which-line-calls"
@@ -115,14 +114,8 @@ def main() -> None:
     columns = ("question", "context", "answer", "start")
     questions = Dataset.from_dict({name: [row[i] for row in rows] for i, name in enumerate(columns)})
     parts = questions.map(tokenize, batched=True).train_test_split(data_args.test_split_percentage / 100, seed=0)
-    config = TurnerConfig(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=data_args.max_length,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        is_causal=False,  # the start of an answer is known from both sides
-        **model_args.config_kwargs(),
-    )
+    # the start of an answer is known from both sides
+    config = training.text_config(tokenizer, data_args.max_length, is_causal=False, **model_args.config_kwargs())
     model = TurnerForQuestionAnswering(config)
     distributed.announce(
         f"data: {dataset_name}, {len(parts['train'])} training and {len(parts['test'])} test questions; "
@@ -139,7 +132,7 @@ def main() -> None:
         processing_class=tokenizer,
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
     start_logits, end_logits = trainer.predict(parts["test"].select_columns(model_inputs)).predictions
     test = parts["test"]
@@ -161,7 +154,6 @@ def main() -> None:
         trainer,
         task="question-answering",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
         dataset_name=dataset_name,
         example_input=test[0]["question"],
         example_context=test[0]["context"],

@@ -17,18 +17,16 @@ YAML file of them works too. Run from the repository root.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-from datasets import ClassLabel, Dataset, Features, Value, load_dataset
+from datasets import Dataset, Value, load_dataset
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     Trainer,
     TrainingArguments,
-    set_seed,
 )
 
 from examples.helpers import callbacks, data, distributed, model_card, padding_free, training
-from turner_tfm import TurnerConfig, TurnerForSequenceClassification
+from turner_tfm import TurnerForSequenceClassification
 
 DATA_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
 
@@ -76,23 +74,11 @@ class DataTrainingArguments:
 def load_data(args: DataTrainingArguments, seed: int) -> tuple[Dataset, Dataset, str]:
     """(train, test) datasets with `text` and `label` columns (labels as class ids), and the data's name."""
     if args.train_file is None:
-        train, name = labelled(*data.code_or_prose(args.examples_per_class, seed)), "stdlib code-or-prose"
+        train, name = data.code_or_prose(args.examples_per_class, seed), "stdlib code-or-prose"
     else:
-        train, name = labelled(*read_table(args, args.train_file)), Path(args.train_file).stem
-    if args.test_file is None:  # a stratified split: each class keeps its share in both parts
-        parts = train.train_test_split(args.test_split_percentage / 100, seed=seed, stratify_by_column="label")
-        return parts["train"], parts["test"], name
-    return train, labelled(*read_table(args, args.test_file), train.features["label"].names), name
-
-
-def labelled(texts: list[str], labels: list[str], names: list[str] | None = None) -> Dataset:
-    """A `Dataset` of `text` and `label` (class ids of `names`, by default the sorted labels)."""
-    names = names if names is not None else sorted(set(labels))
-    unknown = sorted(set(labels) - set(names))
-    if unknown:
-        raise ValueError(f"the test data has labels the training data lacks: {unknown[:5]}; known labels: {names}")
-    features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
-    return Dataset.from_dict({"text": texts, "label": [names.index(label) for label in labels]}, features=features)
+        train, name = read_table(args, args.train_file), Path(args.train_file).stem
+    test = read_table(args, args.test_file) if args.test_file is not None else None
+    return *data.train_and_test("text", Value("string"), train, test, args.test_split_percentage, seed), name
 
 
 def read_table(args: DataTrainingArguments, path: str) -> tuple[list[str], list[str]]:
@@ -111,10 +97,9 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-text-classifier", num_train_epochs=3, learning_rate=1e-3, logging_steps=20,
     )  # fmt: skip
-    set_seed(training_args.seed)
     train_set, test_set, dataset_name = load_data(data_args, training_args.seed)
     names = train_set.features["label"].names
-    labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+    labels = training.label_fields(names)
     if model_args.model_name_or_path:
         tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
         if tokenizer.pad_token is None:
@@ -123,14 +108,8 @@ def main() -> None:
         model.config.pad_token_id = tokenizer.pad_token_id
     else:
         tokenizer = data.char_tokenizer(train_set["text"], model_max_length=data_args.max_length)
-        config = TurnerConfig(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=data_args.max_length,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            is_causal=False,
-            **labels,
-            **model_args.config_kwargs(),
+        config = training.text_config(
+            tokenizer, data_args.max_length, is_causal=False, **labels, **model_args.config_kwargs()
         )
         model = TurnerForSequenceClassification(config)
     distributed.announce(
@@ -142,10 +121,6 @@ def main() -> None:
     def tokenize(batch: dict) -> dict:
         return tokenizer(batch["text"], truncation=True, max_length=max_length)
 
-    def accuracy(eval_prediction: tuple) -> dict[str, float]:
-        logits, label_ids = eval_prediction
-        return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids).mean())}
-
     trainer = Trainer(
         model=distributed.shard(model, model_args.fsdp_size, training_args),  # fsdp_size N: 1/N of each weight
         args=training_args,
@@ -153,10 +128,10 @@ def main() -> None:
         eval_dataset=test_set.map(tokenize, batched=True),
         data_collator=padding_free.classification_collator(data_args.padding_free, tokenizer),  # padded, or packed
         processing_class=tokenizer,
-        compute_metrics=accuracy,
+        compute_metrics=training.accuracy,
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
     results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
     examples = test_set["text"][:4]
@@ -175,7 +150,6 @@ def main() -> None:
         trainer,
         task="text-classification",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
         dataset_name=dataset_name,
         base_model=model_args.model_name_or_path,
         example_input=test_set["text"][0],

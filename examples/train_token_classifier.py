@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, load_dataset
-from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments, set_seed
+from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
 from examples.helpers import callbacks, data, distributed, model_card, training
-from turner_tfm import TurnerConfig, TurnerForTokenClassification
+from turner_tfm import TurnerForTokenClassification
 
 ModelArguments = training.config_arguments(
     training.NoScriptArguments,
@@ -65,7 +65,6 @@ def main() -> None:
         (ModelArguments, DataTrainingArguments, TrainingArguments),
         output_dir="turner-token-classifier", num_train_epochs=10, learning_rate=2e-3, logging_steps=20,
     )  # fmt: skip
-    set_seed(training_args.seed)
     if data_args.train_file is None:
         rows, dataset_name = data.python_token_tags(data_args.lines, training_args.seed), "stdlib Python tokens"
     else:
@@ -82,26 +81,15 @@ def main() -> None:
     parts = Dataset.from_dict({"text": texts, **encoded}).train_test_split(
         data_args.test_split_percentage / 100, seed=0
     )
-    config = TurnerConfig(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=data_args.max_length,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        is_causal=False,  # a token's label depends on both sides
-        id2label=dict(enumerate(names)),
-        label2id={name: i for i, name in enumerate(names)},
-        **model_args.config_kwargs(),
+    labels = training.label_fields(names)  # a token's label depends on both sides: no causal mask
+    config = training.text_config(
+        tokenizer, data_args.max_length, is_causal=False, **labels, **model_args.config_kwargs()
     )
     model = TurnerForTokenClassification(config)
     distributed.announce(
         f"data: {dataset_name}, {len(parts['train'])} training and {len(parts['test'])} test lines, tags {names}; "
         f"model: {model_card.count_parameters(model):,} parameters"
     )
-
-    def accuracy(eval_prediction: tuple) -> dict[str, float]:
-        logits, label_ids = eval_prediction
-        tagged = label_ids != -100
-        return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids)[tagged].mean())}
 
     trainer = Trainer(
         model=model,
@@ -110,10 +98,10 @@ def main() -> None:
         eval_dataset=parts["test"].remove_columns("text"),
         data_collator=DataCollatorForTokenClassification(tokenizer),
         processing_class=tokenizer,
-        compute_metrics=accuracy,
+        compute_metrics=training.accuracy,  # of the tokens with a tag
         callbacks=callbacks.checkpoint_callbacks(),
     )
-    train_result = training.train(trainer)
+    training.train(trainer)
 
     results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
     example = parts["test"]["text"][0]
@@ -129,7 +117,6 @@ def main() -> None:
         trainer,
         task="token-classification",
         results=results,
-        train_runtime=train_result.metrics["train_runtime"],
         dataset_name=dataset_name,
         example_input=example,
     )

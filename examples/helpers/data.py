@@ -1,6 +1,6 @@
 """The data the example scripts train on when given none, and what turns text into training sequences: the built-in
 corpora (text that ships with Python: nothing to download), scikit-learn's digits, tokenizers trained on the spot,
-and text cut into blocks of tokens.
+text cut into blocks of tokens, and a classifier's examples as training and test `Dataset`s.
 """
 
 import ast
@@ -13,7 +13,7 @@ import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
-from datasets import Dataset
+from datasets import ClassLabel, Dataset, Features
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -268,3 +268,32 @@ def digits() -> tuple[list, list[str]]:
     data = load_digits()
     images = [Image.fromarray((pixels * 255 / 16).astype(np.uint8), mode="L") for pixels in data.images]
     return images, [str(label) for label in data.target]
+
+
+def labelled(column: str, feature: object, values: list, labels: list[str], names: list[str] | None = None) -> Dataset:
+    """A `Dataset` of `column` (the examples, of the `datasets` feature `feature`) and `label` (class ids of `names`,
+    by default the sorted labels)."""
+    names = names if names is not None else sorted(set(labels))
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise ValueError(f"the test data has labels the training data lacks: {unknown[:5]}; known labels: {names}")
+    features = Features({column: feature, "label": ClassLabel(names=names)})
+    return Dataset.from_dict({column: values, "label": [names.index(label) for label in labels]}, features=features)
+
+
+def train_and_test(
+    column: str,
+    feature: object,
+    train: tuple[list, list[str]],
+    test: tuple[list, list[str]] | None,
+    test_split: float,
+    seed: int,
+) -> tuple[Dataset, Dataset]:
+    """(train, test) `labelled` datasets of a classifier's (examples, labels), the test labels named as the training
+    ones; without `test`, a stratified split of `train` that holds out `test_split` % (each class keeps its share in
+    both parts)."""
+    train_set = labelled(column, feature, *train)
+    if test is None:
+        parts = train_set.train_test_split(test_split / 100, seed=seed, stratify_by_column="label")
+        return parts["train"], parts["test"]
+    return train_set, labelled(column, feature, *test, train_set.features["label"].names)

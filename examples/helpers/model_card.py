@@ -43,6 +43,11 @@ def device_name(device: torch.device) -> str:
     return device.type.upper()
 
 
+def train_seconds(trainer: Trainer) -> float:
+    """Seconds the last `trainer.train()` took, as the Trainer logged them when it finished."""
+    return next(entry["train_runtime"] for entry in reversed(trainer.state.log_history) if "train_runtime" in entry)
+
+
 def run_summary(trainer: Trainer, train_runtime: float) -> dict[str, object]:
     """How the model was trained, as rows of the model card's training table."""
     args, state = trainer.args, trainer.state
@@ -82,12 +87,11 @@ def save_with_card(
     *,
     task: str,
     results: dict[str, float],
-    train_runtime: float,
     notes: dict[str, object] | None = None,
     **card: object,
 ) -> None:
-    """Save model, code, tokenizer or processor (the Trainer's `processing_class`) and a filled model card; `notes`
-    are extra rows of the card's training table, `card` goes to `write_model_card`.
+    """Save model, code, tokenizer or processor (the Trainer's `processing_class`) and a filled model card, after
+    `trainer.train()`; `notes` are extra rows of the card's training table, `card` goes to `write_model_card`.
 
     Every process must call it (saving a sharded model is collective); only the main process writes the card.
     """
@@ -102,7 +106,7 @@ def save_with_card(
         task=task,
         model_id=trainer.hub_model_id if trainer.args.push_to_hub else output_dir,
         results=results,
-        training={**run_summary(trainer, train_runtime), **(notes or {})},
+        training={**run_summary(trainer, train_seconds(trainer)), **(notes or {})},
         num_parameters=count_parameters(model),
         **card,
     )

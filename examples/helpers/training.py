@@ -4,8 +4,11 @@ curve, the process group left at the end).
 
 - `config_arguments`: a script's model dataclass plus every field `TurnerConfig` declares (its type, `Literal`
   choices and default), read from the config class itself;
-- `parse_arguments`: `HfArgumentParser` over the script's dataclasses, or a .json/.yaml file of the same names;
+- `parse_arguments`: `HfArgumentParser` over the script's dataclasses, or a .json/.yaml file of the same names, then
+  the seed set;
+- `text_config`, `label_fields`: the `TurnerConfig` fields a script sets from its tokenizer and its labels;
 - `train`: `trainer.train()`, resumed where --resume_from_checkpoint says, watching the other processes;
+- `accuracy`, `held_out_perplexity`, `evaluate_and_sample`: what the scripts measure once they have trained;
 - `run`: a script's `main`, then the process group left cleanly; a `UsageError` (a file, folder or dataset the user
   named that is not there) ends it in one line, as argparse ends a bad flag.
 """
@@ -13,22 +16,39 @@ curve, the process group left at the end).
 import argparse
 import dataclasses
 import inspect
+import math
 import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+import numpy as np
 import torch
 import yaml
-from transformers import HfArgumentParser, PreTrainedConfig, Trainer, TrainingArguments
+from transformers import (
+    HfArgumentParser,
+    PreTrainedConfig,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 from transformers.trainer_utils import TrainOutput
 
 from turner_tfm import TurnerConfig
 
 from .argtypes import saved_model
-from .distributed import ProcessWatch, announce, distributed_without_gpu, leave_process_group, start_process_group
+from .distributed import (
+    ProcessWatch,
+    announce,
+    distributed_without_gpu,
+    leave_process_group,
+    pipeline_of,
+    start_process_group,
+)
 from .model_card import print_loss_curve
 from .resume import checkpoint_to_resume
 
@@ -55,6 +75,8 @@ SET_FROM_DATA = {
     *("image_size", "patch_size", "num_channels", "type_vocab_size", "use_cache"),
 }
 CLASSIFIER_FIELDS = ("classifier_pooling", "classifier_dropout", "use_pooler")
+# The language-model scripts' model unless flags say otherwise: 4 blocks of D=128
+LANGUAGE_MODEL_SIZE = {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
 
 
 class UsageError(ValueError):
@@ -65,6 +87,20 @@ class UsageError(ValueError):
 @dataclass
 class NoScriptArguments:
     """The model arguments of a script that has none of its own: `config_arguments` adds the TurnerConfig fields."""
+
+
+@dataclass
+class LanguageModelArguments:
+    """A language model's own arguments: a saved one to go on training, or a tokenizer to train on the text."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "continue training this saved Turner model (and its tokenizer)"}
+    )
+    tokenizer: Literal["char", "bpe"] = field(default="char", metadata={"help": "trained here on the text"})
+    vocab_size: int = field(default=1000, metadata={"help": "tokens of the BPE tokenizer"})
+
+    def __post_init__(self) -> None:
+        check_saved_model("model_name_or_path", self.model_name_or_path)
 
 
 def check_file(flag: str, path: str | None, suffixes: Sequence[str] = ()) -> None:
@@ -148,11 +184,20 @@ class TextDataArguments:
         return {name: getattr(self, name) for name in names}
 
 
+@dataclass
+class SampleArguments(TextDataArguments):
+    """A causal language model's text, and the sample it writes at the end (`evaluate_and_sample`)."""
+
+    prompt: str = field(default="Return the", metadata={"help": "start of the sample printed at the end"})
+    max_new_tokens: int = field(default=100, metadata={"help": "length of the sample"})
+
+
 def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str] | None = None, **defaults) -> tuple:
     """`HfArgumentParser(dataclass_types)` over the command line, as run_clm.py parses it, with `TRAINING_DEFAULTS` and
     the script's `defaults` for `TrainingArguments`; a .json or .yaml file of the same names first stands for flags
     (flags after it win). Joins the process group of a multi-process run on CPUs before `TrainingArguments` does, and
-    resolves --resume_from_checkpoint true|auto. A bad value or combination exits with the usage and the error."""
+    resolves --resume_from_checkpoint true|auto. A bad value or combination exits with the usage and the error.
+    Then sets --seed, as run_clm.py does before it builds anything."""
     parser = HfArgumentParser(dataclass_types)
     parser.set_defaults(dataloader_pin_memory=torch.cuda.is_available(), use_cpu=distributed_without_gpu())
     parser.set_defaults(**TRAINING_DEFAULTS)
@@ -178,7 +223,25 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str] | None = 
                 raise ValueError(f"--resume_from_checkpoint {resume!r} is not valid: {error}") from None
     except ValueError as error:  # a dataclass (TrainingArguments, TurnerConfig) refused a value or a combination
         parser.error(str(error))
+    set_seed(training_args.seed)
     return parsed
+
+
+def text_config(tokenizer: PreTrainedTokenizerBase, max_length: int, **fields: object) -> TurnerConfig:
+    """The `TurnerConfig` of a text model trained from scratch: its vocabulary and special tokens those of
+    `tokenizer`, `max_length` positions, and `fields` (the flags' `config_kwargs()`, the task's own)."""
+    return TurnerConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_length,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **fields,
+    )
+
+
+def label_fields(names: Sequence[str]) -> dict[str, dict]:
+    """The config's `id2label` and `label2id` for the class `names`, in order."""
+    return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
 
 
 def train(trainer: Trainer) -> TrainOutput:
@@ -191,6 +254,33 @@ def train(trainer: Trainer) -> TrainOutput:
         result = trainer.train(resume_from_checkpoint=resume)
     print_loss_curve(trainer)
     return result
+
+
+def accuracy(eval_prediction: tuple) -> dict[str, float]:
+    """The `Trainer`'s `compute_metrics` of a classifier: the share of labels predicted right (-100, a token without
+    a label, does not count)."""
+    logits, label_ids = eval_prediction
+    labelled = label_ids != -100
+    return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids)[labelled].mean())}
+
+
+def held_out_perplexity(trainer: Trainer) -> dict[str, float]:
+    """A language model's held-out loss (nats per token) and perplexity, as the model card's results."""
+    eval_loss = trainer.evaluate()["eval_loss"]
+    return {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
+
+
+def evaluate_and_sample(trainer: Trainer, sample: SampleArguments) -> dict[str, float]:
+    """What a causal language model reports once trained: its `held_out_perplexity` (returned), and `sample.prompt`
+    continued by `pipeline("text-generation")` (top-10 sampling from --seed). Every process runs it: a sharded
+    model's forward pass needs them all."""
+    results = held_out_perplexity(trainer)
+    set_seed(trainer.args.seed)
+    generator = pipeline_of("text-generation", trainer.model, tokenizer=trainer.processing_class)
+    generated = generator(sample.prompt, max_new_tokens=sample.max_new_tokens, do_sample=True, top_k=10)
+    announce(f"held-out loss {results['eval_loss']:.3f} nats/token, perplexity {results['perplexity']:.2f}")
+    announce(f"\nsample from pipeline('text-generation'):\n{generated[0]['generated_text']}\n")
+    return results
 
 
 def run(main: Callable[[], None]) -> None:
