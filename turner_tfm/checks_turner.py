@@ -129,7 +129,7 @@ def checks_inputs(inputs: InputCheck, labels: LabelCheck | None = None) -> Calla
 
         @functools.wraps(forward)
         def checked_forward(self, *args, **kwargs):
-            if is_torchdynamo_compiling():  # shapes only, at every level: no context variable under a tracer
+            if torch.compiler.is_compiling():  # shapes only, at every level: no context variable under a tracer
                 check_call(self.config, names, args, kwargs, inputs, labels)
                 return forward(self, *args, **kwargs)
             if _CHECKED.get():
