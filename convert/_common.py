@@ -197,6 +197,15 @@ class Head:
     check_source: Callable[[PreTrainedConfig], None] | None = None
 
 
+def first_token_classifier(
+    source_class: type[PreTrainedModel], turner_class: type[PreTrainedModel], pooler: bool = False
+) -> Head:
+    """A head whose `classifier` (so named on both sides) reads the first token, through BERT's pooler when `pooler`:
+    BERT's sequence classifier and multiple-choice scorer, ViT's image classifier."""
+    rules = rename_module("classifier", "classifier")
+    return Head(source_class, turner_class, rules, pooler=pooler, turner_options={"classifier_pooling": "cls"})
+
+
 # The paper's research switches at the values GPT-2, ViT and BERT all share (a family's own table may override).
 STANDARD_BLOCK = {
     "position_embedding_type": "learned",

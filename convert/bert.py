@@ -47,6 +47,7 @@ from ._common import (
     Converter,
     Head,
     Rule,
+    first_token_classifier,
     rename,
     rename_module,
     rename_modules,
@@ -98,12 +99,8 @@ class BertConverter(Converter):
     base_class = BertModel
     heads = {
         "BertModel": Head(BertModel, TurnerModel, pooler=None),
-        "BertForSequenceClassification": Head(
-            BertForSequenceClassification,
-            TurnerForSequenceClassification,
-            rules=rename_module("classifier", "classifier"),
-            pooler=True,
-            turner_options={"classifier_pooling": "cls"},
+        "BertForSequenceClassification": first_token_classifier(
+            BertForSequenceClassification, TurnerForSequenceClassification, pooler=True
         ),
         "BertForMaskedLM": Head(BertForMaskedLM, TurnerForMaskedLM, rules=MASKED_LM_RULES),
         "BertForTokenClassification": Head(
@@ -115,13 +112,7 @@ class BertConverter(Converter):
             rules=rename_module("qa_outputs", "qa_outputs"),
             check_source=_two_span_scores,
         ),
-        "BertForMultipleChoice": Head(
-            BertForMultipleChoice,
-            TurnerForMultipleChoice,
-            rules=rename_module("classifier", "classifier"),
-            pooler=True,
-            turner_options={"classifier_pooling": "cls"},
-        ),
+        "BertForMultipleChoice": first_token_classifier(BertForMultipleChoice, TurnerForMultipleChoice, pooler=True),
     }
     fields = {
         **LABEL_FIELDS,

@@ -26,6 +26,7 @@ from ._common import (
     Converter,
     Head,
     Rule,
+    first_token_classifier,
     rename,
     rename_module,
     rename_modules,
@@ -58,12 +59,7 @@ class ViTConverter(Converter):
     base_class = ViTModel
     heads = {
         "ViTModel": Head(ViTModel, TurnerModel, pooler=None),
-        "ViTForImageClassification": Head(
-            ViTForImageClassification,
-            TurnerForImageClassification,
-            rules=rename_module("classifier", "classifier"),
-            turner_options={"classifier_pooling": "cls"},
-        ),
+        "ViTForImageClassification": first_token_classifier(ViTForImageClassification, TurnerForImageClassification),
     }
     fields = {**LABEL_FIELDS, **ENCODER_FIELDS, **same_names("num_channels")}
     source_required = {"qkv_bias": True}
