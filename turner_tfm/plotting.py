@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from transformers import PreTrainedModel
@@ -148,20 +150,23 @@ def plot_attention_maps(
     return figure
 
 
+class MapOptions(TypedDict, total=False):
+    """The keyword arguments of `plot_attention_maps` that `plot_text_attention` passes on."""
+
+    layers: Sequence[int] | None
+    heads: Sequence[int] | None
+    title: str | None
+    path: str | os.PathLike | None
+
+
 def plot_text_attention(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    tokens: Sequence[str],
-    *,
-    layers: Sequence[int] | None = None,
-    heads: Sequence[int] | None = None,
-    title: str | None = None,
-    path: str | os.PathLike | None = None,
+    model: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[str], **options: Unpack[MapOptions]
 ) -> Figure:
     """Run a text model (eager attention) on one sequence and draw its attention per layer and head.
 
     `input_ids` is (N,) or (1, N); `tokens` are the N strings to write on the axes (e.g.
-    `tokenizer.convert_ids_to_tokens(input_ids)`).
+    `tokenizer.convert_ids_to_tokens(input_ids)`); `layers`, `heads`, `title` and `path` are
+    `plot_attention_maps`'s.
     """
     _check_modality(model, image=False)
     input_ids = torch.as_tensor(input_ids)
@@ -173,7 +178,7 @@ def plot_text_attention(
         raise ValueError(f"`tokens` has {len(tokens)} entries but `input_ids` has {input_ids.shape[1]} tokens.")
     _check_eager(model)
     attentions = attention_weights(model, input_ids=input_ids.to(model.device))
-    return plot_attention_maps(attentions, tokens, layers=layers, heads=heads, title=title, path=path)
+    return plot_attention_maps(attentions, tokens, **options)
 
 
 def _display_image(image: Any, pixel_values: torch.Tensor) -> torch.Tensor:
