@@ -96,7 +96,7 @@ def main() -> None:
     distributed.announce(f"merged model matches the adapter model: max |logit difference| {difference:.1e}")
 
     trainer.model = trainer.model_wrapped = merged
-    results = training.evaluate_and_sample(trainer, data_args)
+    results = model_card.evaluate_and_sample(trainer, data_args.prompt, data_args.max_new_tokens)
 
     lora_note = f"r={lora.r}, alpha={lora.lora_alpha} on {', '.join(sorted(lora.target_modules))}, then merged"
     model_card.save_with_card(

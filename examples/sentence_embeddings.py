@@ -78,7 +78,7 @@ def main() -> None:
     block_size = data_args.block_size
     tokenizer = data.bpe_tokenizer(firsts + seconds, model_args.vocab_size, model_max_length=block_size)
     # every token sees the whole sentence before pooling
-    config = training.text_config(tokenizer, block_size, is_causal=False, **model_args.config_kwargs())
+    config = training.text_config(tokenizer, block_size, model_args, is_causal=False)
     with tempfile.TemporaryDirectory() as backbone:  # sentence-transformers' Transformer module loads a folder
         TurnerModel(config).save_pretrained(backbone)
         tokenizer.save_pretrained(backbone)

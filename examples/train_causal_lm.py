@@ -56,7 +56,7 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
     else:
         tokenizer = data.text_tokenizer(model_args.tokenizer, train_text, model_args.vocab_size, data_args.block_size)
-        config = training.text_config(tokenizer, data_args.block_size, **model_args.config_kwargs())
+        config = training.text_config(tokenizer, data_args.block_size, model_args)
         model = TurnerForCausalLM(config)
     distributed.announce(
         f"text: {dataset_name}, {len(text):,} characters; tokenizer: {len(tokenizer)} tokens; "
@@ -79,7 +79,8 @@ def main() -> None:
     )
     training.train(trainer)
 
-    results = training.evaluate_and_sample(trainer, data_args)  # every process: a sharded model needs them all
+    # every process samples: a sharded model's forward pass needs them all
+    results = model_card.evaluate_and_sample(trainer, data_args.prompt, data_args.max_new_tokens)
     model_card.save_with_card(
         trainer,
         task="text-generation",

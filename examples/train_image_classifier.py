@@ -16,6 +16,7 @@ YAML file of them works too. Run from the repository root.
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import PIL.Image
 import torch
 from datasets import Dataset, Image
 from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
@@ -74,6 +75,11 @@ def load_data(args: DataTrainingArguments, seed: int) -> tuple[Dataset, Dataset,
     return *data.train_and_test("image", Image(), train, test, args.test_split_percentage, seed), name
 
 
+def image_size(image: PIL.Image.Image) -> str:
+    """An image as the report writes it: its size."""
+    return f"<image {image.size[0]}x{image.size[1]}>"
+
+
 def main() -> None:
     model_args, data_args, training_args = training.parse_arguments(
         (ModelArguments, DataTrainingArguments, TrainingArguments),
@@ -109,16 +115,8 @@ def main() -> None:
     )
     training.train(trainer)
 
-    results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
-    examples = test_set["image"][:4]
     classify = distributed.pipeline_of("image-classification", trainer.model, image_processor=processor)
-    predicted = classify(examples, top_k=1)  # every process: a sharded model's forward pass needs them all
-    lines = [f"  <image {image.size[0]}x{image.size[1]}> -> {guess[0]['label']} ({guess[0]['score']:.2f})"
-             for image, guess in zip(examples, predicted, strict=True)]  # fmt: skip
-    distributed.announce(
-        f"test accuracy: {results['accuracy']:.4f} on {len(test_set)} held-out examples\n\n"
-        "pipeline('image-classification'):\n" + "\n".join(lines) + "\n"
-    )
+    results = model_card.evaluate_and_classify(trainer, classify, test_set["image"][:4], image_size)
 
     model_card.save_with_card(
         trainer,

@@ -65,7 +65,7 @@ def main() -> None:
         tokenizer = data.text_tokenizer(model_args.tokenizer, train_text, model_args.vocab_size, data_args.block_size)
         tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})  # the token the collator hides others behind
         # each masked token is guessed from both sides
-        config = training.text_config(tokenizer, data_args.block_size, is_causal=False, **model_args.config_kwargs())
+        config = training.text_config(tokenizer, data_args.block_size, model_args, is_causal=False)
         model = TurnerForMaskedLM(config)
     distributed.announce(
         f"text: {dataset_name}, {len(text):,} characters; tokenizer: {len(tokenizer)} tokens; "
@@ -88,7 +88,7 @@ def main() -> None:
     training.train(trainer)
 
     set_seed(training_args.seed)  # the same tokens hidden in every evaluation
-    results = training.held_out_perplexity(trainer)
+    results = model_card.held_out_perplexity(trainer)
     filler = distributed.pipeline_of("fill-mask", trainer.model, tokenizer=tokenizer)
     guesses = filler(data_args.fill_mask_text, top_k=5)
     loss, perplexity = results["eval_loss"], results["perplexity"]

@@ -115,7 +115,7 @@ def main() -> None:
     questions = Dataset.from_dict({name: [row[i] for row in rows] for i, name in enumerate(columns)})
     parts = questions.map(tokenize, batched=True).train_test_split(data_args.test_split_percentage / 100, seed=0)
     # the start of an answer is known from both sides
-    config = training.text_config(tokenizer, data_args.max_length, is_causal=False, **model_args.config_kwargs())
+    config = training.text_config(tokenizer, data_args.max_length, model_args, is_causal=False)
     model = TurnerForQuestionAnswering(config)
     distributed.announce(
         f"data: {dataset_name}, {len(parts['train'])} training and {len(parts['test'])} test questions; "

@@ -108,9 +108,7 @@ def main() -> None:
         model.config.pad_token_id = tokenizer.pad_token_id
     else:
         tokenizer = data.char_tokenizer(train_set["text"], model_max_length=data_args.max_length)
-        config = training.text_config(
-            tokenizer, data_args.max_length, is_causal=False, **labels, **model_args.config_kwargs()
-        )
+        config = training.text_config(tokenizer, data_args.max_length, model_args, is_causal=False, **labels)
         model = TurnerForSequenceClassification(config)
     distributed.announce(
         f"data: {dataset_name}, {len(train_set)} training and {len(test_set)} test texts, labels {names}; "
@@ -133,18 +131,8 @@ def main() -> None:
     )
     training.train(trainer)
 
-    results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
-    examples = test_set["text"][:4]
     classify = distributed.pipeline_of("text-classification", trainer.model, tokenizer=tokenizer)
-    predicted = classify(examples, top_k=1, truncation=True)  # every process: a sharded model needs them all
-    lines = [
-        f"  {text!r} -> {guess[0]['label']} ({guess[0]['score']:.2f})"
-        for text, guess in zip(examples, predicted, strict=True)
-    ]
-    distributed.announce(
-        f"test accuracy: {results['accuracy']:.4f} on {len(test_set)} held-out examples\n\n"
-        "pipeline('text-classification'):\n" + "\n".join(lines) + "\n"
-    )
+    results = model_card.evaluate_and_classify(trainer, classify, test_set["text"][:4], repr, truncation=True)
 
     model_card.save_with_card(
         trainer,

@@ -82,9 +82,7 @@ def main() -> None:
         data_args.test_split_percentage / 100, seed=0
     )
     labels = training.label_fields(names)  # a token's label depends on both sides: no causal mask
-    config = training.text_config(
-        tokenizer, data_args.max_length, is_causal=False, **labels, **model_args.config_kwargs()
-    )
+    config = training.text_config(tokenizer, data_args.max_length, model_args, is_causal=False, **labels)
     model = TurnerForTokenClassification(config)
     distributed.announce(
         f"data: {dataset_name}, {len(parts['train'])} training and {len(parts['test'])} test lines, tags {names}; "

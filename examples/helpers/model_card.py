@@ -1,15 +1,21 @@
-"""What a training script reports once it has trained: the loss curve in one line, and the saved folder's model card
-(`turner_tfm.cards`) filled with how the run went. With `--push_to_hub`, the `Trainer` uploads the folder with a card
-of its own (`Trainer.push_to_hub` always writes one); `save_with_card` then uploads this card over it.
+"""What a training script reports once it has trained: the loss curve in one line, the held-out scores with a
+pipeline's answers on a few examples, and the saved folder's model card (`turner_tfm.cards`) filled with how the run
+went. With `--push_to_hub`, the `Trainer` uploads the folder with a card of its own (`Trainer.push_to_hub` always
+writes one); `save_with_card` then uploads this card over it.
 """
 
 import importlib
+import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import PreTrainedModel, Trainer
+from transformers import Pipeline, PreTrainedModel, Trainer, set_seed
 
 from turner_tfm.cards import write_model_card
+
+from .distributed import announce, pipeline_of
 
 
 def loss_curve(trainer: Trainer) -> list[tuple[int, float]]:
@@ -24,6 +30,44 @@ def print_loss_curve(trainer: Trainer, points: int = 8) -> None:
         return
     picks = sorted({round(i * (len(curve) - 1) / max(points - 1, 1)) for i in range(points)})
     print("training loss: " + " -> ".join(f"{curve[i][1]:.2f} (step {curve[i][0]})" for i in picks))
+
+
+def held_out_perplexity(trainer: Trainer) -> dict[str, float]:
+    """A language model's held-out loss (nats per token) and perplexity, as the model card's results."""
+    eval_loss = trainer.evaluate()["eval_loss"]
+    return {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
+
+
+def evaluate_and_sample(trainer: Trainer, prompt: str, max_new_tokens: int) -> dict[str, float]:
+    """What a causal language model reports once trained: its `held_out_perplexity` (returned), and `prompt`
+    continued by `pipeline("text-generation")` (top-10 sampling from --seed). Every process runs it: a sharded
+    model's forward pass needs them all."""
+    results = held_out_perplexity(trainer)
+    set_seed(trainer.args.seed)
+    generator = pipeline_of("text-generation", trainer.model, tokenizer=trainer.processing_class)
+    sample = generator(prompt, max_new_tokens=max_new_tokens, do_sample=True, top_k=10)[0]["generated_text"]
+    announce(f"held-out loss {results['eval_loss']:.3f} nats/token, perplexity {results['perplexity']:.2f}")
+    announce(f"\nsample from pipeline('text-generation'):\n{sample}\n")
+    return results
+
+
+def evaluate_and_classify(
+    trainer: Trainer, classify: Pipeline, examples: list, show: Callable[[Any], str], **call: object
+) -> dict[str, float]:
+    """What a classifier of whole texts or images reports once trained: its accuracy on the held-out set (returned),
+    and the label the pipeline `classify` (called with `call`) gives each of `examples`, written as `show(example)`.
+    Every process runs it: a sharded model's forward pass needs them all."""
+    results = {"accuracy": trainer.evaluate()["eval_accuracy"]}
+    predicted = classify(examples, top_k=1, **call)
+    lines = [
+        f"  {show(example)} -> {guess[0]['label']} ({guess[0]['score']:.2f})"
+        for example, guess in zip(examples, predicted, strict=True)
+    ]
+    announce(
+        f"test accuracy: {results['accuracy']:.4f} on {len(trainer.eval_dataset)} held-out examples\n\n"
+        f"pipeline({classify.task!r}):\n" + "\n".join(lines) + "\n"
+    )
+    return results
 
 
 def count_parameters(model: PreTrainedModel) -> int:

@@ -8,7 +8,7 @@ curve, the process group left at the end).
   the seed set;
 - `text_config`, `label_fields`: the `TurnerConfig` fields a script sets from its tokenizer and its labels;
 - `train`: `trainer.train()`, resumed where --resume_from_checkpoint says, watching the other processes;
-- `accuracy`, `held_out_perplexity`, `evaluate_and_sample`: what the scripts measure once they have trained;
+- `accuracy`: a classifier's `compute_metrics`;
 - `run`: a script's `main`, then the process group left cleanly; a `UsageError` (a file, folder or dataset the user
   named that is not there) ends it in one line, as argparse ends a bad flag.
 """
@@ -16,14 +16,13 @@ curve, the process group left at the end).
 import argparse
 import dataclasses
 import inspect
-import math
 import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -46,7 +45,6 @@ from .distributed import (
     announce,
     distributed_without_gpu,
     leave_process_group,
-    pipeline_of,
     start_process_group,
 )
 from .model_card import print_loss_curve
@@ -186,7 +184,7 @@ class TextDataArguments:
 
 @dataclass
 class SampleArguments(TextDataArguments):
-    """A causal language model's text, and the sample it writes at the end (`evaluate_and_sample`)."""
+    """A causal language model's text, and the sample it writes at the end (`model_card.evaluate_and_sample`)."""
 
     prompt: str = field(default="Return the", metadata={"help": "start of the sample printed at the end"})
     max_new_tokens: int = field(default=100, metadata={"help": "length of the sample"})
@@ -227,15 +225,16 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str] | None = 
     return parsed
 
 
-def text_config(tokenizer: PreTrainedTokenizerBase, max_length: int, **fields: object) -> TurnerConfig:
-    """The `TurnerConfig` of a text model trained from scratch: its vocabulary and special tokens those of
-    `tokenizer`, `max_length` positions, and `fields` (the flags' `config_kwargs()`, the task's own)."""
+def text_config(tokenizer: PreTrainedTokenizerBase, max_length: int, model_args: Any, **fields: object) -> TurnerConfig:
+    """The `TurnerConfig` of a text model trained from scratch: the vocabulary and special tokens of `tokenizer`,
+    `max_length` positions, the fields the flags set (`model_args.config_kwargs()`) and the task's `fields`."""
     return TurnerConfig(
         vocab_size=len(tokenizer),
         max_position_embeddings=max_length,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         **fields,
+        **model_args.config_kwargs(),
     )
 
 
@@ -262,25 +261,6 @@ def accuracy(eval_prediction: tuple) -> dict[str, float]:
     logits, label_ids = eval_prediction
     labelled = label_ids != -100
     return {"accuracy": float((np.argmax(logits, axis=-1) == label_ids)[labelled].mean())}
-
-
-def held_out_perplexity(trainer: Trainer) -> dict[str, float]:
-    """A language model's held-out loss (nats per token) and perplexity, as the model card's results."""
-    eval_loss = trainer.evaluate()["eval_loss"]
-    return {"eval_loss": eval_loss, "perplexity": math.exp(eval_loss)}
-
-
-def evaluate_and_sample(trainer: Trainer, sample: SampleArguments) -> dict[str, float]:
-    """What a causal language model reports once trained: its `held_out_perplexity` (returned), and `sample.prompt`
-    continued by `pipeline("text-generation")` (top-10 sampling from --seed). Every process runs it: a sharded
-    model's forward pass needs them all."""
-    results = held_out_perplexity(trainer)
-    set_seed(trainer.args.seed)
-    generator = pipeline_of("text-generation", trainer.model, tokenizer=trainer.processing_class)
-    generated = generator(sample.prompt, max_new_tokens=sample.max_new_tokens, do_sample=True, top_k=10)
-    announce(f"held-out loss {results['eval_loss']:.3f} nats/token, perplexity {results['perplexity']:.2f}")
-    announce(f"\nsample from pipeline('text-generation'):\n{generated[0]['generated_text']}\n")
-    return results
 
 
 def run(main: Callable[[], None]) -> None:
