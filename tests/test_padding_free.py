@@ -192,7 +192,11 @@ def test_the_text_classifier_script_trains_padding_free_and_its_folder_reloads(p
         torch.testing.assert_close(model(**row).logits, alone, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_text_classifier_trains_padding_free_and_fully_sharded(tmp_path):
+    """The two paths together, three processes (torchrun and two workers): each is checked by a faster test of the
+    default run, padding-free training in one process (`script_runs`, above) and a classifier script trained fully
+    sharded (tests/test_parallel.py); FSDP passes a packed row's keys to the model as it passes a padded batch's."""
     output = run_example(
         [*TORCHRUN, *example("train_text_classifier.py")],
         *("--padding-free", "--fsdp-size", "2", "--examples-per-class", "40", "--num-train-epochs", "1"),
