@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .workflow_utils import TINY_MODEL, run_examples, script_env
+from .workflow_utils import TINY_MODEL, made_once, run_examples, script_env
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -87,11 +87,15 @@ def setup_run(command: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def setups(tmp_path_factory) -> Path:
-    """One folder with the outputs of every setup command the snippets name, each run once, tiny, in one process."""
-    folder = tmp_path_factory.mktemp("setups")
-    commands = sorted({command for snippet in RUNNABLE for command in snippet.setups})
-    if commands:
-        run_examples([setup_run(command) for command in commands], tmp_path=folder, timeout=600)
+    """One folder with the outputs of every setup command the snippets name, each run once, tiny, in one process,
+    for the whole session (`made_once`: not once per pytest-xdist worker)."""
+
+    def make(folder: Path) -> None:
+        commands = sorted({command for snippet in RUNNABLE for command in snippet.setups})
+        if commands:
+            run_examples([setup_run(command) for command in commands], tmp_path=folder, timeout=600)
+
+    folder, _ = made_once(tmp_path_factory, "doc-snippet-setups", make)
     return folder
 
 

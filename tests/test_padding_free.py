@@ -2,6 +2,8 @@
 one row by `DataCollatorWithFlattening` train exactly as the same sequences padded to the longest: same loss, same
 gradients; a classifier gives each packed sequence its own logits."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, pipeline
@@ -15,6 +17,7 @@ from .tiny import random_ids, text_config
 from .workflow_utils import (
     TINY_MODEL,
     example,
+    made_once,
     printed_number,
     run_example,
     run_examples,
@@ -80,14 +83,19 @@ def script_runs(tmp_path_factory):
     """train_causal_lm.py and train_text_classifier.py, each with --padding-free, one after the other in one Python
     process (each run sets its own seed; two short runs, one interpreter and one `import torch, transformers`). The
     classifier has the settings of the padded run in test_workflows_classifiers.py. Their outputs, and the folder
-    they saved to (lm/, cp/)."""
-    folder = tmp_path_factory.mktemp("padding-free")
-    lm = ("--padding-free", "--output-dir", "lm", "--max-steps", "20", "--logging-steps", "5")
-    lm += ("--learning-rate", "5e-3", "--block-size", "64", "--max-new-tokens", "5", *TINY_MODEL)
-    classifier = ("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5")
-    classifier += ("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL)
-    outputs = run_examples([("train_causal_lm.py", *lm), ("train_text_classifier.py", *classifier)], tmp_path=folder)
-    return dict(zip(("lm", "cp"), outputs, strict=True)), folder
+    they saved to (lm/, cp/), made once for the session (`made_once`: not once per pytest-xdist worker)."""
+
+    def make(folder: Path) -> dict[str, str]:
+        lm = ("--padding-free", "--output-dir", "lm", "--max-steps", "20", "--logging-steps", "5")
+        lm += ("--learning-rate", "5e-3", "--block-size", "64", "--max-new-tokens", "5", *TINY_MODEL)
+        classifier = ("--padding-free", "--examples-per-class", "200", "--num-train-epochs", "3")
+        classifier += ("--logging-steps", "5", "--output-dir", "cp", "--per-device-train-batch-size", "16")
+        classifier += ("--max-length", "64", *TINY_MODEL)
+        runs = [("train_causal_lm.py", *lm), ("train_text_classifier.py", *classifier)]
+        return dict(zip(("lm", "cp"), run_examples(runs, tmp_path=folder), strict=True))
+
+    folder, outputs = made_once(tmp_path_factory, "padding-free", make)
+    return outputs, folder
 
 
 def test_the_script_trains_padding_free(script_runs):

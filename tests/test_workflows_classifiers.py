@@ -14,6 +14,7 @@ from .workflow_utils import (
     WORKFLOWS_PAGE,
     checked_output,
     listed_files,
+    made_once,
     printed_number,
     run_example,
     run_examples_unchecked,
@@ -47,25 +48,30 @@ def classifier_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
     """The runs of the tests below, in one interpreter (`run_examples_unchecked`: each interpreter costs ~8 s of
     imports): a text classifier trained on the built-in task (into `cp`), an image classifier on a folder of digits
     (into `img`), and the `BAD_DATA` runs. Returns their folder and each run's (exit status, output) by name: each
-    test checks its own runs with `checked_output`, so a broken run fails its test only."""
-    folder = tmp_path_factory.mktemp("classifiers")
-    write_digit_folder(folder / "digits", classes=(0, 1, 7), per_class=40)
-    (folder / "empty" / "cats").mkdir(parents=True)
-    (folder / "data.txt").write_text("not a table")
-    runs = {
-        "text": (
-            "train_text_classifier.py",
-            *("--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5", "--output-dir", "cp"),
-            *("--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL),
-        ),
-        "image": (
-            "train_image_classifier.py",
-            *("--train-dir", "digits", "--image-size", "8", "--patch-size", "4", "--output-dir", "img"),
-            *("--num-train-epochs", "8", "--logging-steps", "10", "--per-device-train-batch-size", "16", *TINY_MODEL),
-        ),
-        **BAD_DATA,
-    }
-    return folder, dict(zip(runs, run_examples_unchecked(list(runs.values()), tmp_path=folder), strict=True))
+    test checks its own runs with `checked_output`, so a broken run fails its test only. Made once for the session
+    (`made_once`: not once per pytest-xdist worker)."""
+
+    def make(folder: Path) -> dict[str, tuple[int, str]]:
+        write_digit_folder(folder / "digits", classes=(0, 1, 7), per_class=40)
+        (folder / "empty" / "cats").mkdir(parents=True)
+        (folder / "data.txt").write_text("not a table")
+        runs = {
+            "text": (
+                "train_text_classifier.py",
+                *("--examples-per-class", "200", "--num-train-epochs", "3", "--logging-steps", "5"),
+                *("--output-dir", "cp", "--per-device-train-batch-size", "16", "--max-length", "64", *TINY_MODEL),
+            ),
+            "image": (
+                "train_image_classifier.py",
+                *("--train-dir", "digits", "--image-size", "8", "--patch-size", "4", "--output-dir", "img"),
+                *("--num-train-epochs", "8", "--logging-steps", "10", "--per-device-train-batch-size", "16"),
+                *TINY_MODEL,
+            ),
+            **BAD_DATA,
+        }
+        return dict(zip(runs, run_examples_unchecked(list(runs.values()), tmp_path=folder), strict=True))
+
+    return made_once(tmp_path_factory, "classifiers", make)
 
 
 def test_text_classifier_learns_the_built_in_code_or_prose_task(classifier_runs: tuple[Path, dict]) -> None:

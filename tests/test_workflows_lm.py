@@ -23,6 +23,7 @@ from .workflow_utils import (
     WORKFLOWS_PAGE,
     checked_output,
     listed_files,
+    made_once,
     printed_number,
     run_example,
     run_examples_unchecked,
@@ -138,12 +139,15 @@ class Runs:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """Every run of the tests below, one after another in one interpreter (`run_examples_unchecked`): an interpreter
     costs ~8 s of imports, more than any of these tiny runs. Each test checks its own runs' exit statuses, so a run
-    that breaks fails its test only."""
-    folder = tmp_path_factory.mktemp("lm-runs")
-    write_inputs(folder)
-    planned = planned_runs(folder)
-    results = run_examples_unchecked(list(planned.values()), tmp_path=folder, timeout=1800)
-    return Runs(folder, dict(zip(planned, results, strict=True)))
+    that breaks fails its test only. Made once for the session (`made_once`: not once per pytest-xdist worker)."""
+
+    def make(folder: Path) -> dict[str, tuple[int, str]]:
+        write_inputs(folder)
+        planned = planned_runs(folder)
+        results = run_examples_unchecked(list(planned.values()), tmp_path=folder, timeout=1800)
+        return dict(zip(planned, results, strict=True))
+
+    return Runs(*made_once(tmp_path_factory, "lm-runs", make))
 
 
 @pytest.fixture(scope="module")
