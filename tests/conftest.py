@@ -27,6 +27,7 @@ import torch
 
 import turner_tfm  # noqa: F401  (registers "turner" with the Auto classes)
 
+from .once import made_once
 from .wheel_utils import InstalledWheel, build_and_install
 
 torch.set_num_threads(1)  # in case a plugin imported torch before this file set the variable
@@ -142,5 +143,12 @@ def _seed():
 
 @pytest.fixture(scope="session")
 def installed_wheel(tmp_path_factory) -> InstalledWheel:
-    """The package built as a wheel and installed (not editable) into a folder of its own, once per session."""
-    return build_and_install(tmp_path_factory.mktemp("wheel"))
+    """The package built as a wheel and installed (not editable) into a folder of its own, once per session (and not
+    once per pytest-xdist worker: `made_once`)."""
+
+    def make(root: Path) -> list[str]:
+        installed = build_and_install(root)
+        return [str(installed.wheel), str(installed.site)]
+
+    _, (wheel, site) = made_once(tmp_path_factory, "wheel", make)
+    return InstalledWheel(Path(wheel), Path(site))

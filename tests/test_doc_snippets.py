@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .workflow_utils import TINY_MODEL, made_once, run_examples, script_env
+from .once import made_once
+from .workflow_utils import TINY_MODEL, run_examples, script_env
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -12,12 +12,12 @@ from examples.helpers import data
 from examples.helpers import padding_free as padding_free_module
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
+from .once import made_once
 from .test_parallel import TORCHRUN
 from .tiny import random_ids, text_config
 from .workflow_utils import (
     TINY_MODEL,
     example,
-    made_once,
     printed_number,
     run_example,
     run_examples,

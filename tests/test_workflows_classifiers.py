@@ -9,12 +9,12 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import pipeline
 
+from .once import made_once
 from .workflow_utils import (
     TINY_MODEL,
     WORKFLOWS_PAGE,
     checked_output,
     listed_files,
-    made_once,
     printed_number,
     run_example,
     run_examples_unchecked,

@@ -17,13 +17,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from examples.helpers import data
 from turner_tfm import TurnerForMaskedLM
 
+from .once import made_once
 from .workflow_utils import (
     EXAMPLES,
     TINY_MODEL,
     WORKFLOWS_PAGE,
     checked_output,
     listed_files,
-    made_once,
     printed_number,
     run_example,
     run_examples_unchecked,
