@@ -132,13 +132,17 @@ INTERPRETED = textwrap.dedent(
     import turner_tfm  # noqa: F401  (registers Turner with Liger)
     import torch, transformers
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
     from transformers.integrations.liger import apply_liger_kernel
     torch.set_num_threads(1)
     folder, report = sys.argv[1], {}
     LOSS_ONLY = {"layer_norm": False, "rms_norm": False}
 
     def load():
-        return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=sys.argv[2] == "remote").train()
+        if sys.argv[2] == "remote":  # the folder's own code (the Auto class would pick the installed one)
+            model_class = get_class_from_dynamic_module("modeling_turner.TurnerForCausalLM", folder)
+            return model_class.from_pretrained(folder).train()
+        return AutoModelForCausalLM.from_pretrained(folder).train()
 
     def grad_diff(a, b):
         return max((x.grad - y.grad).abs().max().item() for x, y in zip(a.parameters(), b.parameters()))
