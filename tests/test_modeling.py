@@ -118,7 +118,9 @@ def real_positions(outputs: torch.Tensor, inputs: dict) -> torch.Tensor:
     return outputs[mask.bool()]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# Multiple choice runs the sequence classifier's path on batch x choices rows: flex attention's compile (a minute and
+# more on 2 cores) would add no path of its own
+@pytest.mark.parametrize("case", [case for case in CASES if case != "multiple_choice"])
 def test_attention_implementations_agree(case):
     outputs = {}
     for implementation in ATTENTION_IMPLEMENTATIONS:
