@@ -243,6 +243,9 @@ def test_host_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 COMPILED_STATIC_CACHE = "torch 2.9 recompiles a compiled step for every new static cache, past dynamo's limit here"
 
 
+# slow: two inductor compiles (about two minutes a lane on 2 cores); tests/test_generation.py's compiled static-cache
+# tests run the step itself by default
+@pytest.mark.slow
 @pytest.mark.torch_2_10(reason=COMPILED_STATIC_CACHE)
 def test_host_cost_of_the_compiled_static_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The optional case: compiled before it is counted, so a token costs Turner and GPT-2 a few hundred Python calls

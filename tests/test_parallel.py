@@ -136,7 +136,7 @@ def test_tensor_parallel_matches_one_process_with_switches_combined(tmp_path: Pa
 
 def test_the_tensor_parallel_tests_skip_on_exactly_the_torch_that_refuses_it() -> None:
     assert TORCH_FLOORS["torch_2_10"] == TENSOR_PARALLEL_TORCH, (
-        f"pretrained_turner refuses tensor parallel below torch {TENSOR_PARALLEL_TORCH}; its tests are marked torch_2_10"
+        f"pretrained_turner refuses tensor parallel below torch {TENSOR_PARALLEL_TORCH}; its tests are torch_2_10"
     )
 
 
@@ -258,6 +258,7 @@ def test_check_parallelism_accepts_what_shards_exactly() -> None:
     text_config(hidden_size=48, num_attention_heads=6).check_parallelism(tp_size=3, data_parallel_size=2)
 
 
+@pytest.mark.slow  # a smoke run of benchmarks/bench_parallel.py; the tensor-parallel numbers are checked by default
 @pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(tmp_path: Path) -> None:
     command = list(TORCHRUN)
