@@ -16,6 +16,7 @@ from examples.helpers import training
 from turner_tfm import TurnerForQuestionAnswering, TurnerForTokenClassification
 from turner_tfm.pretrained_turner import AUTO_CLASSES
 
+from .once import made_once
 from .workflow_utils import (
     TINY_MODEL,
     WORKFLOWS_PAGE,
@@ -44,14 +45,18 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[int, str]]]:
-    """Every run of `RUNS` in one interpreter: their folder, and each run's (exit status, output) by name."""
-    folder = tmp_path_factory.mktemp("token-and-qa")
-    with (folder / "ner.jsonl").open("w") as file:
-        for i in range(8):
-            file.write(json.dumps({"words": ["Ada", "met", "Alan", f"in {i}"], "ner": ["PER", "O", "PER", "O"]}) + "\n")
-    (folder / "qa.jsonl").write_text(json.dumps({"question": "Who?", "context": "Ada wrote it.", "answer": "Alan"}))
-    results = run_examples_unchecked(list(RUNS.values()), tmp_path=folder)
-    return folder, dict(zip(RUNS, results, strict=True))
+    """Every run of `RUNS` in one interpreter: their folder, and each run's (exit status, output) by name. Made once for
+    the session (`made_once`: not once per pytest-xdist worker)."""
+
+    def make(folder: Path) -> dict:
+        with (folder / "ner.jsonl").open("w") as file:
+            for i in range(8):
+                words = {"words": ["Ada", "met", "Alan", f"in {i}"], "ner": ["PER", "O", "PER", "O"]}
+                file.write(json.dumps(words) + "\n")
+        (folder / "qa.jsonl").write_text(json.dumps({"question": "Who?", "context": "Ada wrote it.", "answer": "Alan"}))
+        return dict(zip(RUNS, run_examples_unchecked(list(RUNS.values()), tmp_path=folder), strict=True))
+
+    return made_once(tmp_path_factory, "token-and-qa", make)
 
 
 def test_token_classifier_learns_the_kinds_of_python_tokens_and_tags_in_the_pipeline(runs) -> None:
