@@ -113,18 +113,23 @@ def test_the_pages_have_snippets_and_every_marker_is_understood():
             assert page.count(command) >= 2, f"{snippet.name}: the page does not tell the user to run {command!r}"
 
 
+def run_snippet(code: str, folder: Path) -> subprocess.CompletedProcess:
+    """`code` saved as `folder/snippet.py` and run there as a user pasting it would: a fresh interpreter, offline."""
+    (folder / "snippet.py").write_text(code, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "snippet.py"],
+        cwd=folder,
+        env=script_env(folder, CUDA_VISIBLE_DEVICES=""),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 @pytest.mark.parametrize("snippet", [runnable(snippet) for snippet in RUNNABLE], ids=lambda snippet: snippet.name)
 def test_a_snippet_runs_on_its_own_as_written(snippet: Snippet, setups: Path, tmp_path: Path):
     for made in setups.iterdir():  # the folders the setup commands made, beside the snippet as on the user's disk
         if made.is_dir() and made.name != "hf-home":
             (tmp_path / made.name).symlink_to(made)
-    (tmp_path / "snippet.py").write_text(snippet.code, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "snippet.py"],
-        cwd=tmp_path,
-        env=script_env(tmp_path, CUDA_VISIBLE_DEVICES=""),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_snippet(snippet.code, tmp_path)
     assert result.returncode == 0, f"{snippet.name} failed:\n{snippet.code}\n{(result.stdout + result.stderr)[-4000:]}"

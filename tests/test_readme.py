@@ -6,14 +6,11 @@ load averages (those live beside the figures: `benchmarks/results/`, CHANGELOG.m
 `.ci/run` runs in every lane."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import turner_tfm
 
-from .test_doc_snippets import Snippet, snippets
-from .workflow_utils import script_env
+from .test_doc_snippets import Snippet, run_snippet, snippets
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -74,15 +71,7 @@ def test_the_first_snippet_is_on_the_first_screen_and_runs_on_its_own():
 
 def test_the_first_snippet_prints_what_its_comments_say(tmp_path: Path):
     snippet = first_snippet()
-    (tmp_path / "snippet.py").write_text(snippet.code, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "snippet.py"],
-        cwd=tmp_path,
-        env=script_env(tmp_path, CUDA_VISIBLE_DEVICES=""),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_snippet(snippet.code, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert output_problems(snippet.code, result.stdout) == []
 
