@@ -17,17 +17,7 @@ from transformers import AutoConfig
 from . import modeling_turner
 from .configuration_turner import TurnerConfig
 from .liger import register_when_liger_loads
-from .modeling_turner import (
-    TurnerForCausalLM,
-    TurnerForImageClassification,
-    TurnerForMaskedLM,
-    TurnerForMultipleChoice,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-    TurnerPreTrainedModel,
-)
+from .modeling_turner import *  # noqa: F403 (its __all__: the model classes, exported below)
 from .pretrained_turner import AUTO_CLASSES
 
 __version__ = "0.1.0"
@@ -41,15 +31,5 @@ for _classes in AUTO_CLASSES.values():
         _model_class.register_for_auto_class(_auto_name)
 register_when_liger_loads()  # `use_liger_kernel=True` finds Turner in Liger's table (installed only: liger.py)
 
-__all__ = [
-    "TurnerConfig",
-    "TurnerForCausalLM",
-    "TurnerForImageClassification",
-    "TurnerForMaskedLM",
-    "TurnerForMultipleChoice",
-    "TurnerForQuestionAnswering",
-    "TurnerForSequenceClassification",
-    "TurnerForTokenClassification",
-    "TurnerModel",
-    "TurnerPreTrainedModel",
-]
+__all__ = ["TurnerConfig"]
+__all__ += modeling_turner.__all__  # the model classes; a form type checkers follow
