@@ -15,17 +15,7 @@ import transformers
 from transformers import PreTrainedModel
 
 import turner_tfm
-from turner_tfm import (
-    TurnerConfig,
-    TurnerForCausalLM,
-    TurnerForImageClassification,
-    TurnerForMaskedLM,
-    TurnerForMultipleChoice,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-)
+from turner_tfm import TurnerConfig
 from turner_tfm.pretrained_turner import AUTO_CLASSES, auto_classes
 
 from .convert_helpers import word_tokenizer
@@ -36,18 +26,21 @@ from .tiny import image_config, random_ids, text_config
 # of that modality its mask serves (`auto_classes`: a causal model is no masked LM); a head it was not saved with gets
 # fresh weights, the same ones under the same seed.
 SAVED_CLASSES = {
-    "text-TurnerModel": (TurnerModel, text_config()),
-    "text-TurnerForCausalLM": (TurnerForCausalLM, text_config()),
+    "text-TurnerModel": (turner_tfm.TurnerModel, text_config()),
+    "text-TurnerForCausalLM": (turner_tfm.TurnerForCausalLM, text_config()),
     "text-TurnerForSequenceClassification": (
-        TurnerForSequenceClassification,
+        turner_tfm.TurnerForSequenceClassification,
         text_config(is_causal=False, norm_position="post", type_vocab_size=2, embedding_layer_norm=True),
     ),
-    "text-TurnerForMaskedLM": (TurnerForMaskedLM, text_config(is_causal=False, type_vocab_size=2)),
-    "text-TurnerForTokenClassification": (TurnerForTokenClassification, text_config(is_causal=False, num_labels=5)),
-    "text-TurnerForQuestionAnswering": (TurnerForQuestionAnswering, text_config()),
-    "text-TurnerForMultipleChoice": (TurnerForMultipleChoice, text_config(is_causal=False, use_pooler=True)),
-    "image-TurnerModel": (TurnerModel, image_config()),
-    "image-TurnerForImageClassification": (TurnerForImageClassification, image_config()),
+    "text-TurnerForMaskedLM": (turner_tfm.TurnerForMaskedLM, text_config(is_causal=False, type_vocab_size=2)),
+    "text-TurnerForTokenClassification": (
+        turner_tfm.TurnerForTokenClassification,
+        text_config(is_causal=False, num_labels=5),
+    ),
+    "text-TurnerForQuestionAnswering": (turner_tfm.TurnerForQuestionAnswering, text_config()),
+    "text-TurnerForMultipleChoice": (turner_tfm.TurnerForMultipleChoice, text_config(is_causal=False, use_pooler=True)),
+    "image-TurnerModel": (turner_tfm.TurnerModel, image_config()),
+    "image-TurnerForImageClassification": (turner_tfm.TurnerForImageClassification, image_config()),
 }
 AUTO_NAMES = {name: auto for classes in AUTO_CLASSES.values() for auto, name in classes.items()}
 # A classifier's `classifier` (num_labels outputs) and the multiple-choice head's (one) share a name, as BERT's do:
@@ -186,7 +179,7 @@ def test_a_saved_tokenizer_loads_without_the_package_and_without_a_prompt(tmp_pa
     whose `auto_map` names `AutoConfig` (which every Auto model class needs): with `trust_remote_code` unset and an
     open stdin it asks, and waits 15 s. `trust_remote_code=False` reads the config as a plain one and asks nothing;
     the tokenizer is the one saved."""
-    TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "lm")
+    turner_tfm.TurnerForCausalLM(text_config()).save_pretrained(tmp_path / "lm")
     word_tokenizer({"pad_token": "<pad>", "unk_token": "<unk>"}).save_pretrained(tmp_path / "lm")
     text = "the big cat sat on a red mat"
     read_end, write_end = os.pipe()  # a stdin that stays open (as a notebook's) until the loader is done
@@ -215,7 +208,7 @@ def test_the_saved_code_asks_a_user_for_no_package_beyond_turners_own_requiremen
     (Liger, say), or the folder loads only where that extra is installed."""
     from transformers.dynamic_module_utils import get_imports
 
-    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    turner_tfm.TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
     requirements = {"torch", "transformers", "huggingface_hub", "safetensors"}
     asked = {path.name: set(get_imports(path)) - set(sys.stdlib_module_names) for path in tmp_path.glob("*.py")}
     assert "modeling_turner.py" in asked and "liger.py" not in asked, sorted(asked)  # Liger's patch: installed only
