@@ -206,6 +206,17 @@ def first_token_classifier(
     return Head(source_class, turner_class, rules, pooler=pooler, turner_options={"classifier_pooling": "cls"})
 
 
+def every_token_head(
+    source_class: type[PreTrainedModel],
+    turner_class: type[PreTrainedModel],
+    module: str,
+    check_source: Callable[[PreTrainedConfig], None] | None = None,
+) -> Head:
+    """A head whose `module` (so named on both sides) scores every token, without a pooler: BERT's and GPT-2's token
+    classifier (`classifier`) and span scorer (`qa_outputs`)."""
+    return Head(source_class, turner_class, rename_module(module, module), check_source=check_source)
+
+
 # The paper's research switches at the values GPT-2, ViT and BERT all share (a family's own table may override).
 STANDARD_BLOCK = {
     "position_embedding_type": "learned",

@@ -17,25 +17,11 @@ classifier (`classifier_dropout`, or `hidden_dropout_prob` when that is None) be
 """
 
 import torch
-from transformers import (
-    BertConfig,
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-)
+import transformers
+from transformers import BertConfig
 
-from turner_tfm import (
-    TurnerConfig,
-    TurnerForMaskedLM,
-    TurnerForMultipleChoice,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-)
+import turner_tfm
+from turner_tfm import TurnerConfig
 
 from ._common import (
     ENCODER_FIELDS,
@@ -47,6 +33,7 @@ from ._common import (
     Converter,
     Head,
     Rule,
+    every_token_head,
     first_token_classifier,
     rename,
     rename_module,
@@ -96,23 +83,22 @@ MASKED_LM_RULES = (
 class BertConverter(Converter):
     name = "BERT"
     config_class = BertConfig
-    base_class = BertModel
+    base_class = transformers.BertModel
     heads = {
-        "BertModel": Head(BertModel, TurnerModel, pooler=None),
+        "BertModel": Head(transformers.BertModel, turner_tfm.TurnerModel, pooler=None),
         "BertForSequenceClassification": first_token_classifier(
-            BertForSequenceClassification, TurnerForSequenceClassification, pooler=True
+            transformers.BertForSequenceClassification, turner_tfm.TurnerForSequenceClassification, pooler=True
         ),
-        "BertForMaskedLM": Head(BertForMaskedLM, TurnerForMaskedLM, rules=MASKED_LM_RULES),
-        "BertForTokenClassification": Head(
-            BertForTokenClassification, TurnerForTokenClassification, rules=rename_module("classifier", "classifier")
+        "BertForMaskedLM": Head(transformers.BertForMaskedLM, turner_tfm.TurnerForMaskedLM, rules=MASKED_LM_RULES),
+        "BertForTokenClassification": every_token_head(
+            transformers.BertForTokenClassification, turner_tfm.TurnerForTokenClassification, "classifier"
         ),
-        "BertForQuestionAnswering": Head(
-            BertForQuestionAnswering,
-            TurnerForQuestionAnswering,
-            rules=rename_module("qa_outputs", "qa_outputs"),
-            check_source=_two_span_scores,
+        "BertForQuestionAnswering": every_token_head(
+            transformers.BertForQuestionAnswering, turner_tfm.TurnerForQuestionAnswering, "qa_outputs", _two_span_scores
         ),
-        "BertForMultipleChoice": first_token_classifier(BertForMultipleChoice, TurnerForMultipleChoice, pooler=True),
+        "BertForMultipleChoice": first_token_classifier(
+            transformers.BertForMultipleChoice, turner_tfm.TurnerForMultipleChoice, pooler=True
+        ),
     }
     fields = {
         **LABEL_FIELDS,

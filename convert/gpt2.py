@@ -14,23 +14,11 @@ Refused (no Turner counterpart): `scale_attn_weights=False`, `scale_attn_by_inve
 """
 
 import torch
-from transformers import (
-    GPT2Config,
-    GPT2ForQuestionAnswering,
-    GPT2ForSequenceClassification,
-    GPT2ForTokenClassification,
-    GPT2LMHeadModel,
-    GPT2Model,
-)
+import transformers
+from transformers import GPT2Config
 
-from turner_tfm import (
-    TurnerConfig,
-    TurnerForCausalLM,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-)
+import turner_tfm
+from turner_tfm import TurnerConfig
 
 from ._common import (
     LABEL_FIELDS,
@@ -39,6 +27,7 @@ from ._common import (
     Converter,
     Head,
     Rule,
+    every_token_head,
     rename,
     rename_module,
     same_names,
@@ -77,15 +66,17 @@ def _score_without_bias(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 class GPT2Converter(Converter):
     name = "GPT-2"
     config_class = GPT2Config
-    base_class = GPT2Model
+    base_class = transformers.GPT2Model
     heads = {
-        "GPT2Model": Head(GPT2Model, TurnerModel),
+        "GPT2Model": Head(transformers.GPT2Model, turner_tfm.TurnerModel),
         "GPT2LMHeadModel": Head(
-            GPT2LMHeadModel, TurnerForCausalLM, rules=(rename("lm_head.weight", "lm_head.weight"),)
+            transformers.GPT2LMHeadModel,
+            turner_tfm.TurnerForCausalLM,
+            rules=(rename("lm_head.weight", "lm_head.weight"),),
         ),
         "GPT2ForSequenceClassification": Head(
-            GPT2ForSequenceClassification,
-            TurnerForSequenceClassification,
+            transformers.GPT2ForSequenceClassification,
+            turner_tfm.TurnerForSequenceClassification,
             rules=(
                 Rule(
                     ("score.weight",),
@@ -96,11 +87,11 @@ class GPT2Converter(Converter):
             ),
             turner_options={"classifier_pooling": "last", "classifier_dropout": 0.0},  # GPT-2's score has none
         ),
-        "GPT2ForTokenClassification": Head(
-            GPT2ForTokenClassification, TurnerForTokenClassification, rules=rename_module("classifier", "classifier")
+        "GPT2ForTokenClassification": every_token_head(
+            transformers.GPT2ForTokenClassification, turner_tfm.TurnerForTokenClassification, "classifier"
         ),
-        "GPT2ForQuestionAnswering": Head(
-            GPT2ForQuestionAnswering, TurnerForQuestionAnswering, rules=rename_module("qa_outputs", "qa_outputs")
+        "GPT2ForQuestionAnswering": every_token_head(
+            transformers.GPT2ForQuestionAnswering, turner_tfm.TurnerForQuestionAnswering, "qa_outputs"
         ),
     }
     fields = {
