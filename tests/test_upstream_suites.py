@@ -27,37 +27,12 @@ import unittest
 
 import pytest
 import torch
-from transformers import (
-    BertConfig,
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    GPT2Config,
-    GPT2ForQuestionAnswering,
-    GPT2ForSequenceClassification,
-    GPT2ForTokenClassification,
-    GPT2LMHeadModel,
-    GPT2Model,
-    ViTConfig,
-    ViTForImageClassification,
-    ViTModel,
-)
+import transformers
+from transformers import BertConfig, GPT2Config, ViTConfig
 from transformers.models.auto import modeling_auto
 
-from turner_tfm import (
-    TurnerConfig,
-    TurnerForCausalLM,
-    TurnerForImageClassification,
-    TurnerForMaskedLM,
-    TurnerForMultipleChoice,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-)
+import turner_tfm
+from turner_tfm import TurnerConfig
 
 from .test_switches import SWITCHES
 
@@ -230,22 +205,50 @@ IMAGE_TEST_FILE = {
 }
 
 
-GPT2_CLASSES = (GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification, GPT2ForTokenClassification)
-GPT2_CLASSES += (GPT2ForQuestionAnswering,)
-TURNER_CAUSAL = (TurnerModel, TurnerForCausalLM, TurnerForSequenceClassification, TurnerForTokenClassification)
-TURNER_CAUSAL += (TurnerForQuestionAnswering,)
-BERT_CLASSES = (BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
-BERT_CLASSES += (BertForQuestionAnswering, BertForMultipleChoice)
-TURNER_BIDIRECTIONAL = (TurnerModel, TurnerForMaskedLM, TurnerForSequenceClassification, TurnerForTokenClassification)
-TURNER_BIDIRECTIONAL += (TurnerForQuestionAnswering, TurnerForMultipleChoice)
+GPT2_CLASSES = (
+    transformers.GPT2Model,
+    transformers.GPT2LMHeadModel,
+    transformers.GPT2ForSequenceClassification,
+    transformers.GPT2ForTokenClassification,
+    transformers.GPT2ForQuestionAnswering,
+)
+TURNER_CAUSAL = (
+    turner_tfm.TurnerModel,
+    turner_tfm.TurnerForCausalLM,
+    turner_tfm.TurnerForSequenceClassification,
+    turner_tfm.TurnerForTokenClassification,
+    turner_tfm.TurnerForQuestionAnswering,
+)
+BERT_CLASSES = (
+    transformers.BertModel,
+    transformers.BertForMaskedLM,
+    transformers.BertForSequenceClassification,
+    transformers.BertForTokenClassification,
+    transformers.BertForQuestionAnswering,
+    transformers.BertForMultipleChoice,
+)
+TURNER_BIDIRECTIONAL = (
+    turner_tfm.TurnerModel,
+    turner_tfm.TurnerForMaskedLM,
+    turner_tfm.TurnerForSequenceClassification,
+    turner_tfm.TurnerForTokenClassification,
+    turner_tfm.TurnerForQuestionAnswering,
+    turner_tfm.TurnerForMultipleChoice,
+)
 
 # the anchors
 GPT2Test = side_by_side(
-    "GPT2Test", GPT2_CLASSES, gpt2_config, causal_lm_class=GPT2LMHeadModel, classifier=GPT2ForSequenceClassification
+    "GPT2Test",
+    GPT2_CLASSES,
+    gpt2_config,
+    causal_lm_class=transformers.GPT2LMHeadModel,
+    classifier=transformers.GPT2ForSequenceClassification,
 )
 # The masked LM is what the training mixin trains of a bidirectional family: its text batch has token labels
-BertTest = side_by_side("BertTest", BERT_CLASSES, bert_config, token_types=True, causal_lm_class=BertForMaskedLM)
-ViTTest = side_by_side("ViTTest", (ViTModel, ViTForImageClassification), vit_config)
+BertTest = side_by_side(
+    "BertTest", BERT_CLASSES, bert_config, token_types=True, causal_lm_class=transformers.BertForMaskedLM
+)
+ViTTest = side_by_side("ViTTest", (transformers.ViTModel, transformers.ViTForImageClassification), vit_config)
 
 # Turner beside them: causal beside GPT-2 (the default config and the switches that change the block), bidirectional
 # and BERT-like beside BERT, the image classifier beside ViT
@@ -253,25 +256,25 @@ TurnerCausalTest = side_by_side(
     "TurnerCausalTest",
     TURNER_CAUSAL,
     turner_config,
-    causal_lm_class=TurnerForCausalLM,
-    classifier=TurnerForSequenceClassification,
+    causal_lm_class=turner_tfm.TurnerForCausalLM,
+    classifier=turner_tfm.TurnerForSequenceClassification,
 )
 TurnerSwitchesTest = side_by_side(
     "TurnerSwitchesTest",
     TURNER_CAUSAL,
     lambda: turner_config(**SWITCHES["combined"]),
-    causal_lm_class=TurnerForCausalLM,
-    classifier=TurnerForSequenceClassification,
+    causal_lm_class=turner_tfm.TurnerForCausalLM,
+    classifier=turner_tfm.TurnerForSequenceClassification,
 )
 TurnerBidirectionalTest = side_by_side(
     "TurnerBidirectionalTest",
     TURNER_BIDIRECTIONAL,
     lambda: turner_config(**BERT_LIKE),
     token_types=True,
-    causal_lm_class=TurnerForMaskedLM,
+    causal_lm_class=turner_tfm.TurnerForMaskedLM,
 )
 TurnerImageTest = side_by_side(
     "TurnerImageTest",
-    (TurnerModel, TurnerForImageClassification),
+    (turner_tfm.TurnerModel, turner_tfm.TurnerForImageClassification),
     lambda: turner_config(image_size=16, patch_size=4, num_channels=3),
 )
