@@ -20,25 +20,17 @@ from transformers import (
     ViTForImageClassification,
 )
 
+import turner_tfm
 from convert import bert, gpt2, vit
-from turner_tfm import (
-    TurnerForCausalLM,
-    TurnerForImageClassification,
-    TurnerForMaskedLM,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerModel,
-)
 
 from .tiny import image_config, random_ids, text_config
 
 TEXT_CLASSES = [
-    TurnerModel,
-    TurnerForCausalLM,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-    TurnerForQuestionAnswering,
+    turner_tfm.TurnerModel,
+    turner_tfm.TurnerForCausalLM,
+    turner_tfm.TurnerForSequenceClassification,
+    turner_tfm.TurnerForTokenClassification,
+    turner_tfm.TurnerForQuestionAnswering,
 ]
 
 
@@ -54,9 +46,11 @@ def built_models():
     """Every head, in the default config and with each switch that changes which weights are made."""
     for model_class in TEXT_CLASSES:
         yield model_class(text_config())
-    yield TurnerForMaskedLM(text_config(is_causal=False))
-    yield TurnerForImageClassification(image_config())
-    yield TurnerForCausalLM(text_config(share_query_key=True, mlp_hidden_layers=2, position_embedding_size=8))
+    yield turner_tfm.TurnerForMaskedLM(text_config(is_causal=False))
+    yield turner_tfm.TurnerForImageClassification(image_config())
+    yield turner_tfm.TurnerForCausalLM(
+        text_config(share_query_key=True, mlp_hidden_layers=2, position_embedding_size=8)
+    )
 
 
 def test_every_parameter_is_contiguous_when_built_and_when_loaded(tmp_path):
@@ -68,13 +62,13 @@ def test_every_parameter_is_contiguous_when_built_and_when_loaded(tmp_path):
 
 
 def test_the_remote_code_and_the_auto_class_load_contiguous_weights(tmp_path):
-    TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
+    turner_tfm.TurnerForCausalLM(text_config()).save_pretrained(tmp_path)
     for trust_remote_code in (False, True):
         assert_contiguous(AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=trust_remote_code))
 
 
 def test_conversions_moves_and_resizes_keep_weights_contiguous():
-    model = TurnerForCausalLM(text_config())
+    model = turner_tfm.TurnerForCausalLM(text_config())
     assert_contiguous(model.to(torch.bfloat16))
     assert_contiguous(model.half())
     model.resize_token_embeddings(131)
@@ -94,10 +88,10 @@ def test_conversions_moves_and_resizes_keep_weights_contiguous():
 
 def test_a_launchers_world_size_does_not_change_how_a_model_is_built(monkeypatch):
     torch.manual_seed(0)
-    alone = TurnerForCausalLM(text_config())
+    alone = turner_tfm.TurnerForCausalLM(text_config())
     monkeypatch.setenv("WORLD_SIZE", "2")
     torch.manual_seed(0)
-    launched = TurnerForCausalLM(text_config())
+    launched = turner_tfm.TurnerForCausalLM(text_config())
     for (name, p), q in zip(alone.named_parameters(), launched.parameters(), strict=True):
         assert p.stride() == q.stride() and torch.equal(p, q), name
 
@@ -111,13 +105,13 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, first: int, 
         optimizer.zero_grad()
 
 
-def rebuilt(folder, build: str) -> TurnerForCausalLM:
+def rebuilt(folder, build: str) -> turner_tfm.TurnerForCausalLM:
     """The saved model made again: by `from_pretrained` (a resumed `Trainer`), or on the meta device and then
     assigned its weights (`load_state_dict(assign=True)`, as FSDP and accelerate's big-model loading do)."""
     if build == "from_pretrained":
-        return TurnerForCausalLM.from_pretrained(folder)
+        return turner_tfm.TurnerForCausalLM.from_pretrained(folder)
     with torch.device("meta"):
-        model = TurnerForCausalLM(text_config())
+        model = turner_tfm.TurnerForCausalLM(text_config())
     model.load_state_dict(load_file(folder / "model.safetensors"), strict=False, assign=True)
     model.tie_weights()
     return model
@@ -129,7 +123,7 @@ def test_fused_adamw_resumed_into_another_build_trains_as_uninterrupted(tmp_path
     """The optimizer state saved from one model and loaded into another made by other means continues exactly:
     torch's fused kernel assumes a state laid out as its parameter."""
     torch.manual_seed(0)
-    model = TurnerForCausalLM(text_config())
+    model = turner_tfm.TurnerForCausalLM(text_config())
     uninterrupted = copy.deepcopy(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
     train_steps(model, optimizer, 0, 3)
@@ -147,7 +141,7 @@ def test_fused_adamw_resumed_into_another_build_trains_as_uninterrupted(tmp_path
 
 
 def test_tools_that_view_parameters_flat_work_as_on_gpt2():
-    model = TurnerForCausalLM(text_config())
+    model = turner_tfm.TurnerForCausalLM(text_config())
     ids = random_ids(2, 6)
     model(ids, labels=ids).loss.backward()
     flat = nn.utils.parameters_to_vector(model.parameters())

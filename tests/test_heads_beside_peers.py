@@ -19,14 +19,7 @@ from transformers import (
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
-from turner_tfm import (
-    TurnerForCausalLM,
-    TurnerForImageClassification,
-    TurnerForMaskedLM,
-    TurnerForQuestionAnswering,
-    TurnerForSequenceClassification,
-    TurnerForTokenClassification,
-)
+import turner_tfm
 
 from .tiny import image_config, random_ids, text_config
 
@@ -38,20 +31,20 @@ BIDIRECTIONAL = dict(is_causal=False, use_pooler=True, classifier_pooling="cls",
 # each Turner head and its peer, with the inputs both take
 PAIRS = {
     "sequence classification (causal)": (
-        lambda: TurnerForSequenceClassification(text_config()),
+        lambda: turner_tfm.TurnerForSequenceClassification(text_config()),
         lambda: GPT2ForSequenceClassification(GPT2),
     ),
     "sequence classification (bidirectional)": (
-        lambda: TurnerForSequenceClassification(text_config(**BIDIRECTIONAL)),
+        lambda: turner_tfm.TurnerForSequenceClassification(text_config(**BIDIRECTIONAL)),
         lambda: BertForSequenceClassification(BERT),
     ),
-    "masked LM": (lambda: TurnerForMaskedLM(text_config(**BIDIRECTIONAL)), lambda: BertForMaskedLM(BERT)),
+    "masked LM": (lambda: turner_tfm.TurnerForMaskedLM(text_config(**BIDIRECTIONAL)), lambda: BertForMaskedLM(BERT)),
     "token classification": (
-        lambda: TurnerForTokenClassification(text_config(**BIDIRECTIONAL)),
+        lambda: turner_tfm.TurnerForTokenClassification(text_config(**BIDIRECTIONAL)),
         lambda: BertForTokenClassification(BERT),
     ),
     "question answering": (
-        lambda: TurnerForQuestionAnswering(text_config(**BIDIRECTIONAL)),
+        lambda: turner_tfm.TurnerForQuestionAnswering(text_config(**BIDIRECTIONAL)),
         lambda: BertForQuestionAnswering(BERT),
     ),
 }
@@ -73,7 +66,7 @@ def test_every_text_head_takes_use_cache_as_its_peer_does(pair, use_cache):
 
 
 def test_a_masked_lm_folder_loaded_as_a_causal_lm_warns_as_berts_does(tmp_path):
-    TurnerForMaskedLM(text_config(is_causal=False)).save_pretrained(tmp_path / "turner")
+    turner_tfm.TurnerForMaskedLM(text_config(is_causal=False)).save_pretrained(tmp_path / "turner")
     BertForMaskedLM(BERT).save_pretrained(tmp_path / "bert")
     with CaptureLogger(logging.get_logger("turner_tfm.checks_turner")) as turner:
         AutoModelForCausalLM.from_pretrained(tmp_path / "turner")
@@ -83,7 +76,7 @@ def test_a_masked_lm_folder_loaded_as_a_causal_lm_warns_as_berts_does(tmp_path):
         AutoModelForCausalLM.from_pretrained(tmp_path / "bert")
     assert "is_decoder=True" in bert.out
     with CaptureLogger(logging.get_logger("turner_tfm.checks_turner")) as causal:
-        TurnerForCausalLM(text_config())
+        turner_tfm.TurnerForCausalLM(text_config())
     assert causal.out == ""
 
 
@@ -91,11 +84,15 @@ def test_a_pooler_is_built_only_where_a_head_reads_it_as_berts():
     """Heads that never read the pooler build none (an unused parameter has no gradient: DDP and transformers'
     gradient-checkpointing tests refuse it); the classifiers reading the first token keep it."""
     config = text_config(**BIDIRECTIONAL)
-    for model in (TurnerForMaskedLM(config), TurnerForTokenClassification(config), TurnerForQuestionAnswering(config)):
+    for model in (
+        turner_tfm.TurnerForMaskedLM(config),
+        turner_tfm.TurnerForTokenClassification(config),
+        turner_tfm.TurnerForQuestionAnswering(config),
+    ):
         assert model.model.pooler is None, type(model).__name__
     for model in (BertForMaskedLM(BERT), BertForTokenClassification(BERT), BertForQuestionAnswering(BERT)):
         assert model.bert.pooler is None, type(model).__name__
-    assert TurnerForSequenceClassification(config).model.pooler is not None
+    assert turner_tfm.TurnerForSequenceClassification(config).model.pooler is not None
     assert BertForSequenceClassification(BERT).bert.pooler is not None
-    assert TurnerForImageClassification(image_config(use_pooler=True)).model.pooler is not None
+    assert turner_tfm.TurnerForImageClassification(image_config(use_pooler=True)).model.pooler is not None
     assert ViTForImageClassification(VIT).vit.pooler is None  # ViT's classifier reads the class token directly
