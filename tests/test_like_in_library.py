@@ -370,6 +370,12 @@ class Action:
     act: Callable[[PreTrainedModel], object]
     tolerance: float = TOLERANCE
 
+    def assert_turner_answers_as_the_anchor(self) -> None:
+        """`act` on the Turner model of `pair()` gives what it gives on the anchor (acted on first), to `tolerance`."""
+        anchor, turner = self.pair()
+        expected = self.act(anchor)
+        assert_same(self.act(turner), expected, self.tolerance)
+
 
 def on(pair, act, tolerance: float = TOLERANCE, **settings) -> Action:
     """`act(model, **settings)` on each model of `pair()`."""
@@ -623,30 +629,22 @@ ISSUE_58_ACTIONS: dict[str, Action] = {
 
 @pytest.mark.parametrize("action", list(ISSUE_58_ACTIONS))
 def test_issue_58_the_token_level_heads_answer_as_the_anchor(action):
-    anchor, turner = ISSUE_58_ACTIONS[action].pair()
-    expected = ISSUE_58_ACTIONS[action].act(anchor)
-    assert_same(ISSUE_58_ACTIONS[action].act(turner), expected, ISSUE_58_ACTIONS[action].tolerance)
+    ISSUE_58_ACTIONS[action].assert_turner_answers_as_the_anchor()
 
 
 @pytest.mark.parametrize("action", list(ACTIONS))
 def test_turner_answers_as_the_anchor(action):
-    anchor, turner = ACTIONS[action].pair()
-    expected = ACTIONS[action].act(anchor)
-    assert_same(ACTIONS[action].act(turner), expected, ACTIONS[action].tolerance)
+    ACTIONS[action].assert_turner_answers_as_the_anchor()
 
 
 @pytest.mark.parametrize("action", list(ISSUE_ACTIONS))
 def test_issue_35_turner_answers_as_the_anchor(action):
-    anchor, turner = ISSUE_ACTIONS[action].pair()
-    expected = ISSUE_ACTIONS[action].act(anchor)
-    assert_same(ISSUE_ACTIONS[action].act(turner), expected, ISSUE_ACTIONS[action].tolerance)
+    ISSUE_ACTIONS[action].assert_turner_answers_as_the_anchor()
 
 
 @pytest.mark.parametrize("action", list(ISSUE_44_ACTIONS))
 def test_issue_44_turner_answers_as_the_anchor(action):
-    anchor, turner = ISSUE_44_ACTIONS[action].pair()
-    expected = ISSUE_44_ACTIONS[action].act(anchor)
-    assert_same(ISSUE_44_ACTIONS[action].act(turner), expected, ISSUE_44_ACTIONS[action].tolerance)
+    ISSUE_44_ACTIONS[action].assert_turner_answers_as_the_anchor()
 
 
 def test_issue_44_item_2_generate_feeding_back_a_pad_id_outside_the_vocabulary_is_refused_by_name():
