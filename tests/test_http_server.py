@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +28,13 @@ import pytest
 import torch
 from openai import APIError, APIStatusError, BadRequestError, OpenAI
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from turner_tfm import TurnerForCausalLM, TurnerForSequenceClassification
 
@@ -177,11 +183,9 @@ def server(request, folders, tmp_path_factory):
     assert running.process.returncode is not None
 
 
-@pytest.fixture(scope="module")
-def reference(folders):
-    """Greedy `generate()` on the `chat` folder, loaded here with the package's classes: (text, token count)."""
-    model = AutoModelForCausalLM.from_pretrained(folders["chat"]).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folders["chat"])
+def greedy_reference(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Callable[..., tuple[str, int]]:
+    """Greedy `generate()` of `model` on a prompt or on chat `messages`, as a server answers at temperature 0:
+    (text, token count)."""
 
     def generate(max_new_tokens: int, prompt: str | None = None, messages: list | None = None) -> tuple[str, int]:
         if messages is not None:
@@ -194,6 +198,21 @@ def reference(folders):
         return tokenizer.decode(new, skip_special_tokens=True), len(new)
 
     return generate
+
+
+def streamed_chat_text(client: OpenAI, model: str, messages: list[dict], max_tokens: int) -> str:
+    """The text of a chat completion streamed at temperature 0: its chunks' deltas, joined."""
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True
+    )
+    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+@pytest.fixture(scope="module")
+def reference(folders):
+    """Greedy `generate()` on the `chat` folder, loaded here with the package's classes: (text, token count)."""
+    model = AutoModelForCausalLM.from_pretrained(folders["chat"]).eval()
+    return greedy_reference(model, AutoTokenizer.from_pretrained(folders["chat"]))
 
 
 @pytest.fixture(scope="module")
@@ -418,11 +437,7 @@ def test_streamed_completions_carry_the_same_text(server, reference):
     assert "".join(chunk.choices[0].text for chunk in chunks) == reference(16, prompt="Once")[0]
     assert chunks[-1].choices[0].finish_reason in ("length", "stop")
     messages = [{"role": "user", "content": "Tell me"}]
-    stream = client.chat.completions.create(
-        model=server.model, messages=messages, max_tokens=16, temperature=0, stream=True
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    assert text == reference(16, messages=messages)[0]
+    assert streamed_chat_text(client, server.model, messages, max_tokens=16) == reference(16, messages=messages)[0]
 
 
 def test_a_request_without_max_tokens_gets_the_positions_left(server, reference):

@@ -20,7 +20,18 @@ import torch
 
 from turner_tfm import TurnerForCausalLM, TurnerModel
 
-from .test_http_server import CHARACTERS, CHAT_TEMPLATE, SPECIALS, Server, char_tokenizer, launch, post_raw, stop_server
+from .test_http_server import (
+    CHARACTERS,
+    CHAT_TEMPLATE,
+    SPECIALS,
+    Server,
+    char_tokenizer,
+    greedy_reference,
+    launch,
+    post_raw,
+    stop_server,
+    streamed_chat_text,
+)
 from .test_switches import SWITCHES
 from .tiny import text_config
 from .workflow_utils import free_port, run_module, script_env
@@ -252,19 +263,7 @@ def reference(served):
 
     folder = served[1]
     model = TurnerForCausalLM.from_pretrained(folder).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-
-    def generate(max_new_tokens: int, prompt: str | None = None, messages: list | None = None) -> tuple[str, int]:
-        if messages is not None:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
-        else:
-            ids = tokenizer(prompt)["input_ids"]
-        with torch.no_grad():
-            output = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False)
-        new = output[0, len(ids) :]
-        return tokenizer.decode(new, skip_special_tokens=True), len(new)
-
-    return generate
+    return greedy_reference(model, AutoTokenizer.from_pretrained(folder))
 
 
 def still_serving(server: Server, reference) -> None:
@@ -296,11 +295,7 @@ def test_the_vllm_server_streams_the_same_text(served, reference):
     chunks = client.completions.create(model=server.model, prompt="Once", max_tokens=16, temperature=0, stream=True)
     assert "".join(chunk.choices[0].text for chunk in chunks) == reference(16, prompt="Once")[0]
     messages = [{"role": "user", "content": "Tell me"}]
-    stream = client.chat.completions.create(
-        model=server.model, messages=messages, max_tokens=16, temperature=0, stream=True
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    assert text == reference(16, messages=messages)[0]
+    assert streamed_chat_text(client, server.model, messages, max_tokens=16) == reference(16, messages=messages)[0]
 
 
 def test_the_vllm_server_answers_concurrent_requests_each_with_its_own_text(served, reference):
