@@ -149,7 +149,8 @@ def checks_inputs(inputs: InputCheck, labels: LabelCheck | None = None) -> Calla
 def check_call(
     config: TurnerConfig, names: list, args: tuple, kwargs: dict, inputs: InputCheck, labels: LabelCheck | None
 ) -> None:
-    call = {**dict(zip(names, args, strict=False)), **kwargs} if args else kwargs
+    # by index, not `zip(names, args, strict=False)`: torch 2.9's dynamo fails on a zip of unequal lengths
+    call = {**{names[index]: arg for index, arg in enumerate(args)}, **kwargs} if args else kwargs
     ranges, shape = inputs(config, call)
     if labels is not None:
         ranges.append(labels(config, call, shape))
