@@ -276,6 +276,9 @@ def test_the_parallel_benchmark_runs_on_two_processes_and_halves_the_parameters(
     assert "| decode | tensor parallel |" in result.stdout
 
 
+# slow (about 90 s a lane). By default: FSDP training in the classifier script's test below, tensor parallel greedy
+# generation against one process for every switch (`checked_ranks`), generate.py's refusals in test_workflows_lm
+@pytest.mark.slow
 @pytest.mark.torch_2_10(reason=TENSOR_PARALLEL_REFUSED)
 def test_fsdp_training_script_then_tensor_parallel_generation_give_one_process_results(tmp_path: Path) -> None:
     """A user's path: train_causal_lm.py sharded with --fsdp-size 2 under torchrun, then generate.py with the saved

@@ -39,6 +39,14 @@ BAD_FLAGS = {
     ("--hidden-size", "30"): "`hidden_size`=30 is invalid; it must be divisible by num_attention_heads=4",
     ("--position-embedding-type", "rope"): "argument --position_embedding_type/--position-embedding-type: invalid",
 }
+# generate.py on the BPE run's model (32 learned positions), in one process: what it continues, and what it refuses
+GENERATE_FLAGS = {
+    ("--prompt", "Return the", "--max-new-tokens", "16"): None,
+    ("--prompt", "Return the", "--max-new-tokens", "16", "--tp-size", "2"): (
+        "argument --tp-size: 2 is not valid: it must equal the number of processes, 1"
+    ),
+    ("--max-new-tokens", "100"): "argument --max-new-tokens: 100 is not valid: the model has 32 positions",
+}
 EXAMPLE_SCRIPTS = (
     "finetune_lora.py",
     "generate.py",
@@ -110,6 +118,7 @@ def planned_runs(folder: Path) -> dict[str, tuple[str, ...]]:
         **{f"quickstart {' '.join(flags)}": ("quickstart.py", *flags) for flags in BAD_FLAGS},
         **{f"{script} --help": (script, "--help") for script in EXAMPLE_SCRIPTS},
         "bpe": ("train_causal_lm.py", *bpe),
+        **{f"generate.py {' '.join(flags)}": ("generate.py", "bpe", *flags) for flags in GENERATE_FLAGS},
         "no such column": ("train_causal_lm.py", "--dataset-name", str(folder / "my_data"), "--text-column", "text"),
         "continued": ("train_causal_lm.py", *zen),
         "no such model folder": ("train_causal_lm.py", "--model-name-or-path", "no-such-folder"),
@@ -185,6 +194,16 @@ def test_quickstart_rejects_bad_flags_naming_the_flag_the_value_and_what_is_vali
         output = runs.output(f"quickstart {' '.join(flags)}", expect_failure=True)
         assert message in output, output[-2000:]  # argparse's usage error, or the config's own ValueError
     assert not (runs.folder / "turner-quickstart").exists(), "a refused run saved a model"
+
+
+def test_generate_continues_a_prompt_and_refuses_what_one_process_cannot_do(runs: Runs) -> None:
+    for flags, message in GENERATE_FLAGS.items():
+        output = runs.output(f"generate.py {' '.join(flags)}", expect_failure=message is not None)
+        if message is None:
+            text = output.split("parameters in one process\n", 1)[1].splitlines()[0]  # the prompt and what follows
+            assert text.startswith("Return the") and len(text) > len("Return the"), output[-2000:]
+        else:
+            assert message in output, output[-2000:]
 
 
 def test_every_example_answers_help_with_the_same_flag_names(runs: Runs) -> None:
