@@ -153,22 +153,26 @@ SHARED_QK_FAILS = pytest.mark.xfail(
 
 @pytest.fixture(scope="module")
 def engine_answers(switch_folders, embedding_folders, tmp_path_factory) -> dict[str, dict]:
-    """vLLM's answers for every offline-engine test of this module, from one worker process (its engines one after
-    another, each shut down before the next starts; one start of Python and vLLM instead of one per test): greedy
-    tokens for every case, compiled, and tensor parallel, and the embeddings. The sweeps over cases run each engine's
-    core in the worker's process (the same model runner and Transformers backend, two process starts less per
-    engine); the compiled and tensor-parallel engines, and the server below, run in vLLM's default processes."""
+    """vLLM's answers for every offline-engine test of this module, from two worker processes side by side, one a
+    core (in each, engines one after another, each shut down before the next starts; one start of Python and vLLM
+    instead of one per test). The first sweeps greedy tokens over every case and the embeddings, each engine's core in
+    the worker's process (the same model runner and Transformers backend, two process starts less per engine); the
+    second runs the compiled and tensor-parallel engines in vLLM's default processes, as the server below runs."""
 
     def generate(folder: Path, **options) -> dict:
         return {"folder": str(folder), "task": "generate", "prompts": PROMPTS, "max_tokens": NEW_TOKENS, **options}
 
-    jobs = {case: generate(folder, in_process=True) for case, folder in switch_folders.items()}
+    sweeps = {case: generate(folder, in_process=True) for case, folder in switch_folders.items()}
     for name, folder in embedding_folders.items():
-        jobs[f"embed {name}"] = {"folder": str(folder), "task": "embed", "prompts": PROMPTS, "in_process": True}
-    jobs["compiled"] = generate(switch_folders["combined"], compile=True)
-    jobs |= {f"parallel {case}": generate(switch_folders[case], tensor_parallel_size=2) for case in TENSOR_PARALLEL}
-    answers = run_worker(list(jobs.values()), tmp_path_factory.mktemp("vllm-worker"))
-    return dict(zip(jobs, answers, strict=True))
+        sweeps[f"embed {name}"] = {"folder": str(folder), "task": "embed", "prompts": PROMPTS, "in_process": True}
+    engines = {"compiled": generate(switch_folders["combined"], compile=True)}
+    engines |= {f"parallel {case}": generate(switch_folders[case], tensor_parallel_size=2) for case in TENSOR_PARALLEL}
+    groups = [sweeps, engines]
+    folders = [tmp_path_factory.mktemp("vllm-worker") for _ in groups]
+    with ThreadPoolExecutor(len(groups)) as pool:
+        answers = list(pool.map(lambda jobs, folder: run_worker(list(jobs.values()), folder), groups, folders))
+    jobs = [job for group in groups for job in group]
+    return dict(zip(jobs, [answer for group in answers for answer in group], strict=True))
 
 
 def answer_of(engine_answers: dict[str, dict], job: str) -> dict:
