@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
+from examples.helpers import training
+
 from .workflow_utils import TINY_LMS, free_port, start, tiny_lm, tiny_lm_trainer, torchrun, wait_all
 
 WORKER = ["-m", "tests.test_resume_across_launchers"]
@@ -84,9 +86,10 @@ def main(batch_size: str, *runs: str) -> None:
                 optimizer = trainer.optimizer.optimizer  # accelerate's wrapper around torch's
                 how = f"{type(optimizer).__name__} (fused={optimizer.defaults.get('fused')})"
                 print(f"{family}: steps {steps.steps[0]}-{steps.steps[-1]} with {how}", flush=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    # As the examples do: the process group is left once `main` has returned and its trainers (their DDP reducers)
+    # are gone. Left inside `main`, the last reducer freed the group at exit holding the GIL, and on torch 2.9 gloo's
+    # worker thread, freeing a tensor of a finished all-gather, waited for that GIL: a hang in 3 of 14 runs here.
+    training.run(lambda: main(*sys.argv[1:]))
